@@ -1,0 +1,96 @@
+// The model's dimensions and its parameter registry.
+//
+// The model is a Llama-style decoder over bytes (vocab 256 by default): token embedding, n_layers
+// blocks of (RMSNorm, causal multi-head attention with interleaved-pair RoPE, residual; RMSNorm,
+// SwiGLU MLP, residual), a final RMSNorm and an untied output head, with no biases.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep {
+
+struct ModelConfig {
+  int32_t vocab_size = 256;  // token ids are in [0, vocab_size); 256 means the byte values
+  int32_t length = 256;      // the window: most positions one row holds
+  int32_t d_model = 128;
+  int32_t n_layers = 4;
+  int32_t n_heads = 4;
+  int32_t n_kv_heads = 4;  // grouped-query attention when < n_heads; must divide n_heads
+  int32_t d_ff = 384;      // SwiGLU hidden width
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  int32_t batch = 8;  // rows of the training batch; loss_bits takes ids [batch, length + 1]
+
+  int32_t head_dim() const { return d_model / n_heads; }
+  int32_t q_dim() const { return n_heads * head_dim(); }
+  int32_t kv_dim() const { return n_kv_heads * head_dim(); }
+
+  // Throws Error(invalid_argument) naming the first field out of range.
+  void validate() const;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// One named tensor of the flat parameter vector. Matrices are stored [in, out] ("in_out"): the
+// output dimension is contiguous, so a SIMD lane holds one output column.
+struct ParameterInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // in floats, into the flat vector
+  int64_t count = 0;   // product of shape
+};
+
+// Names, shapes and offsets of every parameter in one fixed order (docs/FORMAT.md):
+//   embed [vocab, d_model]
+//   per layer i: layers.i.attn_norm [d_model], layers.i.wq [d_model, q_dim],
+//     layers.i.wk [d_model, kv_dim], layers.i.wv [d_model, kv_dim], layers.i.wo [q_dim, d_model],
+//     layers.i.mlp_norm [d_model], layers.i.w_gate [d_model, d_ff], layers.i.w_up [d_model, d_ff],
+//     layers.i.w_down [d_ff, d_model]
+//   final_norm [d_model], head [d_model, vocab]
+class ParameterRegistry {
+ public:
+  explicit ParameterRegistry(const ModelConfig& config);
+
+  const std::vector<ParameterInfo>& entries() const { return entries_; }
+  int64_t total() const { return total_; }
+  // Index of `name`, or -1.
+  int64_t find(std::string_view name) const;
+  const ParameterInfo& at(std::string_view name) const;  // throws Error when unknown
+
+  // Offsets of the tensors the forward pass reads, resolved once.
+  struct Layer {
+    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+  int64_t embed() const { return embed_; }
+  const Layer& layer(int32_t i) const { return layers_[static_cast<size_t>(i)]; }
+  int64_t final_norm() const { return final_norm_; }
+  int64_t head() const { return head_; }
+
+ private:
+  std::vector<ParameterInfo> entries_;
+  std::vector<Layer> layers_;
+  int64_t embed_ = 0, final_norm_ = 0, head_ = 0, total_ = 0;
+};
+
+// A named tensor, owning its floats; the dict form of the parameters.
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+// Flat vector <-> named tensors, both in registry order. `from_named` accepts the tensors in any
+// order and refuses missing, unknown, duplicate or misshapen ones, naming them.
+std::vector<NamedTensor> to_named(const ParameterRegistry& registry, std::span<const float> flat);
+std::vector<float> from_named(const ParameterRegistry& registry,
+                              std::span<const NamedTensor> tensors);
+
+// Deterministic initialisation (docs/ARITHMETIC.md, "Initialisation"): counter-based RNG keyed by
+// seed, tensor index and element index, so any one value can be regenerated alone.
+std::vector<float> init_parameters(const ModelConfig& config, uint64_t seed);
+
+}  // namespace lockstep

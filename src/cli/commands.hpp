@@ -1,0 +1,41 @@
+// The lockstep command: one file per subcommand; each registers its flags on the CLI11 app and
+// runs after parsing. Only argv handling and printing live here; the work is the library's.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lockstep/format.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::cli {
+
+// A subcommand's entry: returns the process exit status.
+using Run = std::function<int()>;
+
+Run add_init(CLI::App& app);
+Run add_inspect(CLI::App& app);
+Run add_call(CLI::App& app);
+
+// The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
+struct DeviceFlags {
+  std::string device = "cpu";
+  int cpu_cores = 0;
+  void add_to(CLI::App& cmd);
+  // Parsed and checked; throws lockstep::Error.
+  LoadOptions load_options() const;
+};
+
+// "109.8 KiB"
+std::string human_bytes(double bytes);
+// "1,234,567"
+std::string with_commas(int64_t n);
+// "[1, 256, 256]"
+std::string shape_text(const std::vector<int64_t>& shape);
+// "  inputs  inputs [1, 16] i32" / "  outputs logits [1, 16, 256] f32" lines, as serve prints them.
+std::string io_lines(const std::vector<TensorSpec>& inputs, const std::vector<TensorSpec>& outputs);
+
+}  // namespace lockstep::cli

@@ -1,0 +1,48 @@
+// lockstep init: a randomly initialised model directory, for tests and benchmarks.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+
+namespace lockstep::cli {
+
+Run add_init(CLI::App& app) {
+  struct Flags {
+    uint64_t seed = 0;
+    std::string out;
+    ModelConfig config;
+    int n_kv_heads = 0;
+    std::string precision = "f32";
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("init", "write a randomly initialised model directory");
+  cmd->add_option("--seed", f->seed, "initialisation seed")->required();
+  cmd->add_option("-o,--output", f->out, "the model directory to create (must not exist)")->required();
+  ModelConfig& c = f->config;
+  cmd->add_option("--vocab-size", c.vocab_size, "token ids in [0, N); 256 is bytes")->capture_default_str();
+  cmd->add_option("--length", c.length, "window: most positions a row holds")->capture_default_str();
+  cmd->add_option("--d-model", c.d_model, "residual width")->capture_default_str();
+  cmd->add_option("--n-layers", c.n_layers, "decoder blocks")->capture_default_str();
+  cmd->add_option("--n-heads", c.n_heads, "attention heads")->capture_default_str();
+  cmd->add_option("--n-kv-heads", f->n_kv_heads, "key/value heads (default: n-heads)");
+  cmd->add_option("--d-ff", c.d_ff, "SwiGLU hidden width")->capture_default_str();
+  cmd->add_option("--norm-eps", c.norm_eps, "RMSNorm epsilon")->capture_default_str();
+  cmd->add_option("--rope-theta", c.rope_theta, "RoPE base")->capture_default_str();
+  cmd->add_option("--batch", c.batch, "training batch rows (the loss layout)")->capture_default_str();
+  cmd->add_option("--precision", f->precision, "f32 or bf16")->capture_default_str();
+  return [f] {
+    ModelConfig config = f->config;
+    config.n_kv_heads = f->n_kv_heads > 0 ? f->n_kv_heads : config.n_heads;
+    config.validate();
+    ModelMetadata meta;
+    meta.precision = parse_precision(f->precision);
+    const std::vector<float> params = init_parameters(config, f->seed);
+    write_model_directory(f->out, config, params, meta);
+    std::printf("init: wrote %s: %s parameters, %s\n", f->out.c_str(),
+                with_commas(static_cast<int64_t>(params.size())).c_str(),
+                human_bytes(static_cast<double>(params.size()) * 4.0).c_str());
+    std::fputs(io_lines(model_inputs(config), model_outputs(config)).c_str(), stdout);
+    return 0;
+  };
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,54 @@
+// lockstep inspect: what a model is, read from its directory with every check a load makes.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+
+namespace lockstep::cli {
+
+Run add_inspect(CLI::App& app) {
+  struct Flags {
+    std::string path;
+    bool trained = false;
+    bool parameters = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("inspect", "print a model's configuration, inputs, outputs and digest");
+  cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
+  cmd->add_flag("--parameters", f->parameters, "also list every parameter tensor");
+  return [f] {
+    LoadOptions options;
+    options.trained = f->trained;
+    options.device = Device::reference;
+    const auto model = Model::load(f->path, options);
+    const ModelConfig& c = model->config();
+    const ModelSource& s = model->source();
+    std::printf("model      %s\n", s.directory.c_str());
+    if (s.step || s.slug) {
+      std::printf("checkpoint step %s of run %s, %s weights\n",
+                  s.step ? std::to_string(*s.step).c_str() : "?", s.slug ? s.slug->c_str() : "?",
+                  s.trained_weights ? "trained" : "averaged (EMA)");
+    }
+    if (s.checkpoint) std::printf("exported   from %s\n", s.checkpoint->c_str());
+    std::printf("profile    %s\n", model->profile());
+    std::printf("precision  %s\n", precision_name(model->precision()));
+    std::printf("config     vocab_size %d, length %d, d_model %d, n_layers %d, n_heads %d, "
+                "n_kv_heads %d, d_ff %d, norm_eps %g, rope_theta %g, batch %d\n",
+                c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff,
+                static_cast<double>(c.norm_eps), static_cast<double>(c.rope_theta), c.batch);
+    std::fputs(io_lines(model_inputs(c), model_outputs(c)).c_str(), stdout);
+    const int64_t n = model->registry().total();
+    std::printf("parameters %s in %zu tensors, %s as f32, weights %s\n", with_commas(n).c_str(),
+                model->registry().entries().size(), human_bytes(static_cast<double>(n) * 4.0).c_str(),
+                model->weight_format().c_str());
+    std::printf("sha256     %s\n", model->parameters_sha256().c_str());
+    if (f->parameters) {
+      for (const auto& e : model->registry().entries())
+        std::printf("  %-24s %-14s offset %s\n", e.name.c_str(), shape_text(e.shape).c_str(),
+                    with_commas(e.offset).c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,30 @@
+// SHA-256 through OpenSSL's EVP interface.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace lockstep {
+
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t size);
+  // Lower-case hex of the digest; the object cannot be updated afterwards.
+  std::string hex();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+std::string sha256_hex(const void* data, size_t size);
+// SHA-256 of floats as little-endian bytes (the parameters' digest in model.json).
+std::string sha256_f32_le(std::span<const float> values);
+
+}  // namespace lockstep

@@ -1,0 +1,240 @@
+#include "format/model_json.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "lockstep/error.hpp"
+#include "lockstep/format.hpp"
+
+namespace lockstep::format {
+namespace {
+
+using nlohmann::json;
+using ordered = nlohmann::ordered_json;
+
+[[noreturn]] void refuse(const std::string& what, const std::string& problem) {
+  throw Error(ErrorKind::format, what + ": " + problem);
+}
+
+// The shortest decimal that reads back as the same f32, as a JSON number.
+double shortest(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+const json& field(const json& object, const char* key, const std::string& what,
+                  const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end()) refuse(what, where + " has no field '" + key + "'");
+  return *it;
+}
+
+int32_t int_field(const json& object, const char* key, const std::string& what) {
+  const json& v = field(object, key, what, "config");
+  if (!v.is_number_integer()) refuse(what, std::string("config.") + key + " is not an integer");
+  const int64_t n = v.get<int64_t>();
+  if (n < std::numeric_limits<int32_t>::min() || n > std::numeric_limits<int32_t>::max())
+    refuse(what, std::string("config.") + key + " = " + std::to_string(n) + " is out of range");
+  return static_cast<int32_t>(n);
+}
+
+float float_field(const json& object, const char* key, const std::string& what) {
+  const json& v = field(object, key, what, "config");
+  if (!v.is_number()) refuse(what, std::string("config.") + key + " is not a number");
+  return static_cast<float>(v.get<double>());
+}
+
+std::string string_field(const json& object, const char* key, const std::string& what,
+                         const std::string& where) {
+  const json& v = field(object, key, what, where);
+  if (!v.is_string()) refuse(what, where + "." + key + " is not a string");
+  return v.get<std::string>();
+}
+
+ordered render_config(const ModelConfig& c) {
+  ordered j;
+  j["vocab_size"] = c.vocab_size;
+  j["length"] = c.length;
+  j["d_model"] = c.d_model;
+  j["n_layers"] = c.n_layers;
+  j["n_heads"] = c.n_heads;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["d_ff"] = c.d_ff;
+  j["norm_eps"] = shortest(c.norm_eps);
+  j["rope_theta"] = shortest(c.rope_theta);
+  j["batch"] = c.batch;
+  return j;
+}
+
+ordered render_specs(const std::vector<TensorSpec>& specs) {
+  ordered list = ordered::array();
+  for (const auto& s : specs) list.push_back({{"name", s.name}, {"shape", s.shape}, {"dtype", s.dtype}});
+  return list;
+}
+
+ordered render_weights(const WeightsFile& w) {
+  return {{"file", w.file}, {"format", w.format}, {"parameters_sha256", w.sha256}};
+}
+
+WeightsFile parse_weights(const json& j, const std::string& what, const std::string& where) {
+  if (!j.is_object()) refuse(what, where + " is not a JSON object");
+  WeightsFile w;
+  w.file = string_field(j, "file", what, where);
+  w.format = string_field(j, "format", what, where);
+  w.sha256 = string_field(j, "parameters_sha256", what, where);
+  if (w.file.empty() || w.file.find('/') != std::string::npos || w.file[0] == '.')
+    refuse(what, where + ".file '" + w.file + "' must be a plain file name in the model directory");
+  if (w.format != "float32" && w.format != "q8")
+    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8)");
+  if (w.sha256.size() != 64 || w.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+    refuse(what, where + ".parameters_sha256 is not 64 lower-case hex digits");
+  return w;
+}
+
+void check_specs(const json& j, const std::vector<TensorSpec>& want, const char* key,
+                 const std::string& what) {
+  const json expected = json::parse(render_specs(want).dump());
+  if (j != expected)
+    refuse(what, std::string(key) + " do not match the configuration: expected " + expected.dump());
+}
+
+}  // namespace
+
+ModelDescription parse_model_json(std::string_view text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    refuse(what, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) refuse(what, "not a JSON object");
+  const std::string format = string_field(j, "format", what, "model.json");
+  if (format != kModelFormatName)
+    refuse(what, "format '" + format + "' is not a lockstep model ('" + kModelFormatName + "')");
+  const json& version = field(j, "format_version", what, "model.json");
+  if (!version.is_number_integer()) refuse(what, "format_version is not an integer");
+  if (version.get<int64_t>() != kModelFormatVersion)
+    refuse(what, "format_version " + std::to_string(version.get<int64_t>()) +
+                     " is not supported; this lockstep reads format_version " +
+                     std::to_string(kModelFormatVersion));
+  ModelDescription d;
+  d.profile = string_field(j, "profile", what, "model.json");
+  if (d.profile != profile_name())
+    refuse(what, "written for arithmetic profile '" + d.profile + "', but this lockstep computes '" +
+                     profile_name() + "'");
+  const std::string arch = string_field(j, "architecture", what, "model.json");
+  if (arch != kArchitecture)
+    refuse(what, "architecture '" + arch + "' is not one lockstep runs ('" + kArchitecture + "')");
+  const std::string layout = string_field(j, "matrix_layout", what, "model.json");
+  if (layout != kMatrixLayout)
+    refuse(what, "matrix_layout '" + layout + "' is not supported; lockstep stores '" +
+                     kMatrixLayout + "' ([in, out], out contiguous)");
+  try {
+    d.precision = parse_precision(string_field(j, "precision", what, "model.json"));
+  } catch (const Error& e) {
+    refuse(what, e.what());
+  }
+
+  const json& cfg = field(j, "config", what, "model.json");
+  if (!cfg.is_object()) refuse(what, "config is not a JSON object");
+  ModelConfig& c = d.config;
+  c.vocab_size = int_field(cfg, "vocab_size", what);
+  c.length = int_field(cfg, "length", what);
+  c.d_model = int_field(cfg, "d_model", what);
+  c.n_layers = int_field(cfg, "n_layers", what);
+  c.n_heads = int_field(cfg, "n_heads", what);
+  c.n_kv_heads = int_field(cfg, "n_kv_heads", what);
+  c.d_ff = int_field(cfg, "d_ff", what);
+  c.norm_eps = float_field(cfg, "norm_eps", what);
+  c.rope_theta = float_field(cfg, "rope_theta", what);
+  c.batch = int_field(cfg, "batch", what);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    refuse(what, e.what());
+  }
+
+  check_specs(field(j, "inputs", what, "model.json"), model_inputs(c), "inputs", what);
+  check_specs(field(j, "outputs", what, "model.json"), model_outputs(c), "outputs", what);
+
+  const json& params = field(j, "parameters", what, "model.json");
+  const ParameterRegistry registry(c);
+  if (!params.is_array() || params.size() != registry.entries().size())
+    refuse(what, "parameters must list the " + std::to_string(registry.entries().size()) +
+                     " tensors of the registry");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& e = registry.entries()[i];
+    const json& p = params[i];
+    const json want = {{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}};
+    if (p != want)
+      refuse(what, "parameters[" + std::to_string(i) + "] is " + p.dump() + ", expected " + want.dump());
+  }
+  const json& count = field(j, "parameter_count", what, "model.json");
+  if (!count.is_number_integer() || count.get<int64_t>() != registry.total())
+    refuse(what, "parameter_count is not " + std::to_string(registry.total()));
+
+  d.weights = parse_weights(field(j, "weights", what, "model.json"), what, "weights");
+  const json& averaged = field(j, "weights_averaged", what, "model.json");
+  if (!averaged.is_boolean()) refuse(what, "weights_averaged is not true or false");
+  d.weights_averaged = averaged.get<bool>();
+  if (const auto t = j.find("trained_weights"); t != j.end() && !t->is_null())
+    d.trained = parse_weights(*t, what, "trained_weights");
+
+  const json& ck = field(j, "checkpoint", what, "model.json");
+  if (!ck.is_null()) {
+    if (!ck.is_object()) refuse(what, "checkpoint is neither null nor an object");
+    if (const auto s = ck.find("step"); s != ck.end() && !s->is_null()) {
+      if (!s->is_number_integer() || s->get<int64_t>() < 0)
+        refuse(what, "checkpoint.step is not a non-negative integer");
+      d.source.step = s->get<int64_t>();
+    }
+    if (const auto s = ck.find("slug"); s != ck.end() && !s->is_null()) {
+      if (!s->is_string()) refuse(what, "checkpoint.slug is not a string");
+      d.source.slug = s->get<std::string>();
+    }
+    if (const auto s = ck.find("path"); s != ck.end() && !s->is_null()) {
+      if (!s->is_string()) refuse(what, "checkpoint.path is not a string");
+      d.source.checkpoint = s->get<std::string>();
+    }
+  }
+  return d;
+}
+
+std::string render_model_json(const ModelDescription& d) {
+  const ParameterRegistry registry(d.config);
+  ordered j;
+  j["format"] = kModelFormatName;
+  j["format_version"] = kModelFormatVersion;
+  j["architecture"] = kArchitecture;
+  j["profile"] = d.profile;
+  j["precision"] = precision_name(d.precision);
+  j["matrix_layout"] = kMatrixLayout;
+  j["config"] = render_config(d.config);
+  j["inputs"] = render_specs(model_inputs(d.config));
+  j["outputs"] = render_specs(model_outputs(d.config));
+  if (d.source.step || d.source.slug || d.source.checkpoint) {
+    ordered ck;
+    ck["step"] = d.source.step ? ordered(*d.source.step) : ordered(nullptr);
+    ck["slug"] = d.source.slug ? ordered(*d.source.slug) : ordered(nullptr);
+    ck["path"] = d.source.checkpoint ? ordered(*d.source.checkpoint) : ordered(nullptr);
+    j["checkpoint"] = ck;
+  } else {
+    j["checkpoint"] = nullptr;
+  }
+  j["weights"] = render_weights(d.weights);
+  j["weights_averaged"] = d.weights_averaged;
+  j["trained_weights"] = d.trained ? render_weights(*d.trained) : ordered(nullptr);
+  j["parameter_count"] = registry.total();
+  ordered params = ordered::array();
+  for (const auto& e : registry.entries())
+    params.push_back({{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}});
+  j["parameters"] = params;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace lockstep::format

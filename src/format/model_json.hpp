@@ -1,0 +1,43 @@
+// model.json: what a model directory holds and how to read its weights (docs/FORMAT.md).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockstep/config.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::format {
+
+inline constexpr int kModelFormatVersion = 1;
+inline constexpr const char* kModelFormatName = "lockstep.model";
+inline constexpr const char* kArchitecture = "decoder-lm";
+inline constexpr const char* kMatrixLayout = "in_out";
+inline constexpr const char* kWeightsFile = "params.safetensors";
+inline constexpr const char* kTrainedWeightsFile = "trained.safetensors";
+inline constexpr size_t kMaxModelJsonBytes = size_t{16} << 20;
+
+struct WeightsFile {
+  std::string file;    // relative to the model directory
+  std::string format;  // "float32", or a packed format
+  std::string sha256;  // of the expanded f32 parameters, little-endian, registry order
+};
+
+struct ModelDescription {
+  ModelConfig config;
+  std::string profile;
+  Precision precision = Precision::f32;
+  ModelSource source;  // step, slug, checkpoint; directory is not stored
+  WeightsFile weights;                  // the weights served by default
+  bool weights_averaged = false;        // they are a run's EMA averages
+  std::optional<WeightsFile> trained;   // a checkpoint's trained weights beside its averages
+};
+
+// Parses and checks model.json: the format name and version, the profile (against this build's),
+// the architecture, matrix layout, configuration, the parameter list against the registry, the
+// declared inputs and outputs. Each refusal is an Error(format) starting with `what`.
+ModelDescription parse_model_json(std::string_view text, const std::string& what);
+std::string render_model_json(const ModelDescription& description);
+
+}  // namespace lockstep::format

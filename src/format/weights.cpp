@@ -1,0 +1,77 @@
+#include "format/weights.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/sha256.hpp"
+#include "format/mapped_file.hpp"
+#include "format/safetensors.hpp"
+#include "lockstep/error.hpp"
+
+namespace lockstep::format {
+namespace {
+
+[[noreturn]] void refuse(const std::string& what, const std::string& problem) {
+  throw Error(ErrorKind::format, what + ": " + problem);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
+                                const std::string& expected_sha256) {
+  const MappedFile file(path);
+  const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
+  const ParameterRegistry registry(config);
+  std::unordered_map<std::string, const TensorEntry*> by_name;
+  for (const auto& t : header.tensors) by_name[t.name] = &t;
+  for (const auto& t : header.tensors) {
+    if (registry.find(t.name) < 0)
+      refuse(path, "tensor '" + t.name + "' is not a parameter of this model");
+  }
+  std::vector<float> flat(static_cast<size_t>(registry.total()));
+  const uint8_t* data = file.bytes().data() + header.data_offset;
+  for (const auto& e : registry.entries()) {
+    const auto it = by_name.find(e.name);
+    if (it == by_name.end()) refuse(path, "parameter '" + e.name + "' is missing");
+    const TensorEntry& t = *it->second;
+    if (t.dtype != DType::f32)
+      refuse(path, "parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected F32");
+    if (t.shape != e.shape)
+      refuse(path, "parameter '" + e.name + "' has shape " + shape_text(t.shape) + ", expected " +
+                       shape_text(e.shape));
+    float* dst = flat.data() + e.offset;
+    std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
+    for (int64_t i = 0; i < e.count; ++i) {
+      if (!std::isfinite(dst[i]))
+        refuse(path, "parameter '" + e.name + "' holds a non-finite value (" +
+                         std::to_string(dst[i]) + ") at element " + std::to_string(i));
+    }
+  }
+  const std::string sha = sha256_f32_le(flat);
+  if (sha != expected_sha256)
+    refuse(path, "parameters' SHA-256 is " + sha + " but model.json says " + expected_sha256);
+  return flat;
+}
+
+void write_weights(const std::string& path, const ModelConfig& config,
+                   std::span<const float> parameters) {
+  const ParameterRegistry registry(config);
+  if (static_cast<int64_t>(parameters.size()) != registry.total())
+    throw Error(ErrorKind::invalid_argument,
+                "write_weights: " + std::to_string(parameters.size()) + " values for " +
+                    std::to_string(registry.total()) + " parameters");
+  std::vector<TensorData> tensors;
+  tensors.reserve(registry.entries().size());
+  for (const auto& e : registry.entries())
+    tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
+  write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}});
+}
+
+}  // namespace lockstep::format

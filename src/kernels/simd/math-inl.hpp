@@ -1,0 +1,125 @@
+// The profile's f32 elementary functions on SIMD vectors: each line mirrors kernels/ref/math.hpp,
+// so every lane computes the bits the scalar function computes. Included once per Highway target
+// (the include guard toggles with HWY_TARGET_TOGGLE), only where HWY_NATIVE_FMA holds.
+#if defined(LOCKSTEP_SIMD_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef LOCKSTEP_SIMD_MATH_INL_H_
+#undef LOCKSTEP_SIMD_MATH_INL_H_
+#else
+#define LOCKSTEP_SIMD_MATH_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <limits>
+
+#include "kernels/ref/math.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace lockstep::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_NATIVE_FMA
+
+// ref::exp_f32 per lane. The clamp only keeps the integer steps in range; lanes outside
+// [kExpLower, kExpUpper] and NaN lanes take the reference's special values at the end.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Exp(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V xc = hn::Min(hn::Max(x, hn::Set(d, ref::kExpLower)), hn::Set(d, ref::kExpUpper));
+  const V magic = hn::Set(d, ref::kRoundMagic);
+  const V n = hn::Sub(hn::Add(hn::Mul(xc, hn::Set(d, ref::kLog2e)), magic), magic);
+  V r = hn::MulAdd(n, hn::Set(d, -ref::kLn2Hi), xc);
+  r = hn::MulAdd(n, hn::Set(d, -ref::kLn2Lo), r);
+  const V z = hn::Mul(r, r);
+  V p = hn::Set(d, ref::kExpP0);
+  p = hn::MulAdd(p, r, hn::Set(d, ref::kExpP1));
+  p = hn::MulAdd(p, r, hn::Set(d, ref::kExpP2));
+  p = hn::MulAdd(p, r, hn::Set(d, ref::kExpP3));
+  p = hn::MulAdd(p, r, hn::Set(d, ref::kExpP4));
+  p = hn::MulAdd(p, r, hn::Set(d, ref::kExpP5));
+  p = hn::MulAdd(p, z, r);
+  p = hn::Add(p, hn::Set(d, 1.0f));
+  const auto ni = hn::ConvertTo(di, n);  // n is an integer: exact
+  const auto a = hn::ShiftRight<1>(ni);  // arithmetic: floor(n / 2)
+  const auto b = hn::Sub(ni, a);
+  const auto bias = hn::Set(di, 127);
+  const V pa = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(a, bias)));
+  const V pb = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(b, bias)));
+  V result = hn::Mul(hn::Mul(p, pa), pb);
+  result = hn::IfThenElse(hn::Gt(x, hn::Set(d, ref::kExpUpper)),
+                          hn::Set(d, std::numeric_limits<float>::infinity()), result);
+  result = hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, ref::kExpLower)), result);
+  return hn::IfThenElse(hn::IsNaN(x), x, result);
+}
+
+// ref::log_f32 per lane.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Log(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  using VI = hn::Vec<decltype(di)>;
+  const auto subnormal = hn::Lt(x, hn::Set(d, 0x1p-126f));
+  const V xs = hn::IfThenElse(subnormal, hn::Mul(x, hn::Set(d, 0x1p23f)), x);
+  const VI bits = hn::BitCast(di, xs);
+  VI e = hn::Sub(hn::And(hn::ShiftRight<23>(bits), hn::Set(di, 0xff)), hn::Set(di, 126));
+  e = hn::IfThenElse(hn::RebindMask(di, subnormal), hn::Sub(e, hn::Set(di, 23)), e);
+  const V m = hn::BitCast(d, hn::Or(hn::And(bits, hn::Set(di, 0x007fffff)), hn::Set(di, 0x3f000000)));
+  const auto small = hn::Lt(m, hn::Set(d, ref::kSqrtHalf));
+  e = hn::IfThenElse(hn::RebindMask(di, small), hn::Sub(e, hn::Set(di, 1)), e);
+  const V one = hn::Set(d, 1.0f);
+  const V f = hn::IfThenElse(small, hn::Sub(hn::Add(m, m), one), hn::Sub(m, one));
+  const V z = hn::Mul(f, f);
+  V p = hn::Set(d, ref::kLogP0);
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP1));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP2));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP3));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP4));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP5));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP6));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP7));
+  p = hn::MulAdd(p, f, hn::Set(d, ref::kLogP8));
+  const V fe = hn::ConvertTo(d, e);
+  V y = hn::Mul(hn::Mul(p, f), z);
+  y = hn::MulAdd(fe, hn::Set(d, ref::kLn2Lo), y);
+  y = hn::MulAdd(z, hn::Set(d, -0.5f), y);
+  V result = hn::Add(f, y);
+  result = hn::MulAdd(fe, hn::Set(d, ref::kLn2Hi), result);
+  const V inf = hn::Set(d, std::numeric_limits<float>::infinity());
+  result = hn::IfThenElse(hn::Eq(x, inf), inf, result);
+  result = hn::IfThenElse(hn::Eq(x, hn::Zero(d)), hn::Neg(inf), result);
+  result = hn::IfThenElse(hn::Lt(x, hn::Zero(d)),
+                          hn::Set(d, std::numeric_limits<float>::quiet_NaN()), result);
+  return hn::IfThenElse(hn::IsNaN(x), x, result);
+}
+
+// ref::silu_f32 per lane: g / (1 + exp(-g)).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Silu(D d, V g) {
+  const V e = Exp(d, hn::Neg(g));
+  return hn::Div(g, hn::Add(hn::Set(d, 1.0f), e));
+}
+
+// ref::max_skip_nan per lane.
+template <class V>
+HWY_INLINE V MaxSkipNaN(V m, V v) {
+  return hn::IfThenElse(hn::Gt(v, m), v, m);
+}
+
+// The max of a vector's lanes with NaN skipped, folded into m. The lane order does not change
+// the result's value (only which zero, +0 or -0, wins a tie, and no later step can tell them
+// apart: docs/ARITHMETIC.md, "max").
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE float ReduceMaxSkipNaN(D d, V v, float m) {
+  HWY_ALIGN float lanes[HWY_MAX_BYTES / sizeof(float)];
+  hn::Store(v, d, lanes);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) m = ref::max_skip_nan(m, lanes[i]);
+  return m;
+}
+
+#endif  // HWY_NATIVE_FMA
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lockstep::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

@@ -1,0 +1,138 @@
+// The matmul kernel: c = a @ b with b packed in panels (kernels.hpp). A register tile of kRows
+// rows x kVectors vectors of columns keeps one accumulator per output; the k loop runs in
+// increasing k, one fma per step, exactly ref::matmul's chain. Splitting k into blocks of kDepth
+// (so a panel's block stays in L1) stores the partial sums in c and reloads them: an exact round
+// trip, so the chain is unchanged.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/matmul.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/ref/math.hpp"
+#include "kernels/simd/kernels.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace lockstep::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_NATIVE_FMA
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_ARCH_ARM
+constexpr int kRows = 8;     // 32 vector registers: 16 accumulators
+constexpr int kVectors = 2;
+#else
+constexpr int kRows = 4;     // 16 vector registers: 12 accumulators, 3 b loads, 1 broadcast
+constexpr int kVectors = 3;
+#endif
+constexpr int64_t kDepth = 256;
+
+using DF = hn::ScalableTag<float>;
+
+template <int MR>
+HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
+                     int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first, int64_t cols) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t NR = kVectors * N;
+  const bool full = cols == NR;
+  HWY_ALIGN float edge[MR * kVectors * (HWY_MAX_BYTES / sizeof(float))];
+  float* out = full ? c : edge;
+  const int64_t ldo = full ? ldc : NR;
+  if (!full && !first) {
+    for (int i = 0; i < MR; ++i) std::memcpy(edge + i * NR, c + i * ldc, static_cast<size_t>(cols) * sizeof(float));
+  }
+  hn::Vec<DF> acc[MR][kVectors];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < kVectors; ++v)
+      acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* bk = b + k * NR;
+    hn::Vec<DF> bv[kVectors];
+    for (int v = 0; v < kVectors; ++v) bv[v] = hn::Load(d, bk + v * N);
+    for (int i = 0; i < MR; ++i) {
+      const auto ai = hn::Set(d, a[i * lda + k]);
+      for (int v = 0; v < kVectors; ++v) acc[i][v] = hn::MulAdd(ai, bv[v], acc[i][v]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][v], d, out + i * ldo + v * N);
+  if (!full) {
+    for (int i = 0; i < MR; ++i) std::memcpy(c + i * ldc, edge + i * NR, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+template <int MR>
+HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const float* b, int64_t kc,
+                              float* c, int64_t ldc, bool first, int64_t cols) {
+  if constexpr (MR > 0) {
+    if (rows == MR) {
+      Tile<MR>(a, lda, b, kc, c, ldc, first, cols);
+    } else {
+      TileRemainder<MR - 1>(rows, a, lda, b, kc, c, ldc, first, cols);
+    }
+  }
+}
+
+void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
+            int64_t p_end, float* c, int64_t ldc) {
+  const int64_t K = b.K, NR = b.panel;
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const float* bp = b.panel_data(p);
+    const int64_t col0 = p * NR;
+    const int64_t cols = std::min<int64_t>(NR, b.N - col0);
+    if (K == 0) {
+      for (int64_t m = 0; m < M; ++m) std::fill_n(c + m * ldc + col0, cols, 0.0f);
+      continue;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, K - k0);
+      const bool first = k0 == 0;
+      int64_t m = 0;
+      for (; m + kRows <= M; m += kRows)
+        Tile<kRows>(a + m * lda + k0, lda, bp + k0 * NR, kc, c + m * ldc + col0, ldc, first, cols);
+      if (m < M)
+        TileRemainder<kRows - 1>(M - m, a + m * lda + k0, lda, bp + k0 * NR, kc, c + m * ldc + col0,
+                                 ldc, first, cols);
+    }
+  }
+}
+
+void FillMatmul(Kernels& k) {
+  k.panel_width = static_cast<int32_t>(kVectors * hn::Lanes(DF()));
+  k.row_block = kRows;
+  k.matmul = &Matmul;
+}
+
+#else  // no hardware FMA: the portable fallback, ref::matmul's loops over the packed layout
+
+void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
+            int64_t p_end, float* c, int64_t ldc) {
+  const int64_t K = b.K, NR = b.panel;
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const float* bp = b.panel_data(p);
+    const int64_t col0 = p * NR, cols = std::min<int64_t>(NR, b.N - col0);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t j = 0; j < cols; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc = ref::fma_f32(a[m * lda + k], bp[k * NR + j], acc);
+        c[m * ldc + col0 + j] = acc;
+      }
+    }
+  }
+}
+
+void FillMatmul(Kernels& k) {
+  k.panel_width = 8;
+  k.row_block = 1;
+  k.matmul = &Matmul;
+}
+
+#endif  // HWY_NATIVE_FMA
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lockstep::simd
+HWY_AFTER_NAMESPACE();

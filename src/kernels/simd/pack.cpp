@@ -1,0 +1,68 @@
+// Repacking weight matrices into the matmul kernel's panel layout (kernels.hpp, PackedMatrix).
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
+#include "kernels/simd/packed_weights.hpp"
+
+namespace lockstep::simd {
+
+PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K) {
+  PackedMatrix out;
+  out.K = K;
+  for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
+  out.panel = kernels.panel_width;
+  out.panels = (out.N + out.panel - 1) / out.panel;
+  const size_t total = static_cast<size_t>(out.panels * K * out.panel);
+  out.data = aligned_floats(total);
+  std::fill_n(out.data.get(), total, 0.0f);
+  // Row by row: each source row is read once, in order; each panel row written is contiguous.
+  for (int64_t k = 0; k < K; ++k) {
+    int64_t col = 0;
+    for (int i = 0; i < n_parts; ++i) {
+      const float* src = parts[i].w + k * parts[i].N;
+      for (int64_t j = 0; j < parts[i].N; ++j, ++col)
+        out.data[static_cast<size_t>((col / out.panel) * K * out.panel + k * out.panel + col % out.panel)] = src[j];
+    }
+  }
+  return out;
+}
+
+PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw) {
+  if (ldw == N) {
+    const MatrixPart part{w, N};
+    return pack_concat(kernels, &part, 1, K);
+  }
+  std::vector<float> dense(static_cast<size_t>(K * N));
+  for (int64_t k = 0; k < K; ++k) std::copy_n(w + k * ldw, N, dense.data() + k * N);
+  const MatrixPart part{dense.data(), N};
+  return pack_concat(kernels, &part, 1, K);
+}
+
+std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const ParameterRegistry& reg,
+                                                  const float* w, const Kernels* kernels) {
+  auto out = std::make_shared<PackedWeights>();
+  out->kernels = kernels ? kernels : &best_kernels();
+  const Kernels& k = *out->kernels;
+  const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const ParameterRegistry::Layer& L = reg.layer(l);
+    PackedWeights::Layer layer;
+    const MatrixPart qkv[] = {{w + L.wq, q}, {w + L.wk, kv}, {w + L.wv, kv}};
+    layer.qkv = pack_concat(k, qkv, 3, d);
+    layer.wo = pack_matrix(k, w + L.wo, q, d, d);
+    const MatrixPart gate_up[] = {{w + L.w_gate, ff}, {w + L.w_up, ff}};
+    layer.gate_up = pack_concat(k, gate_up, 2, d);
+    layer.w_down = pack_matrix(k, w + L.w_down, ff, d, d);
+    out->layers.push_back(std::move(layer));
+  }
+  out->head = pack_matrix(k, w + reg.head(), d, c.vocab_size, c.vocab_size);
+  return out;
+}
+
+const Kernels& kernels_for(const PackedWeights* packed) {
+  return packed && packed->kernels ? *packed->kernels : best_kernels();
+}
+
+}  // namespace lockstep::simd

@@ -1,0 +1,32 @@
+// A model's matrices in the fast path's layout, packed once at load.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/simd/kernels.hpp"
+#include "lockstep/config.hpp"
+
+namespace lockstep::simd {
+
+struct PackedWeights {
+  const Kernels* kernels = nullptr;
+  struct Layer {
+    PackedMatrix qkv;      // [d_model, q_dim + 2 kv_dim] = [wq | wk | wv]
+    PackedMatrix wo;       // [q_dim, d_model]
+    PackedMatrix gate_up;  // [d_model, 2 d_ff] = [w_gate | w_up]
+    PackedMatrix w_down;   // [d_ff, d_model]
+  };
+  std::vector<Layer> layers;
+  PackedMatrix head;  // [d_model, vocab]
+};
+
+// Packs the matrices of `weights` (flat, registry order) for `kernels` (the best supported
+// target when null). Concatenating columns changes no output's chain, so the fused matrices give
+// the bits of the separate ones.
+std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& config,
+                                                  const ParameterRegistry& registry,
+                                                  const float* weights,
+                                                  const Kernels* kernels = nullptr);
+
+}  // namespace lockstep::simd

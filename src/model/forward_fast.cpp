@@ -1,0 +1,240 @@
+// The fast forward pass: the reference's arithmetic with SIMD kernels on the thread pool. All
+// rows of a call go through each matmul together (their tokens stacked as the rows of one
+// matrix); each phase splits its work among the workers along independent outputs (tokens,
+// (token, head) pairs, column panels), never inside a reduction, and a barrier separates phases.
+// So every output's bits are the reference's whatever the thread count, the batch or the SIMD
+// target.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
+#include "kernels/simd/packed_weights.hpp"
+#include "model/model_impl.hpp"
+
+namespace lockstep {
+namespace {
+
+using simd::Kernels;
+using simd::PackedMatrix;
+
+// Which rows and which panels of a matmul worker w of n computes: split the panels when that
+// balances at least as well as splitting the rows (in whole row blocks), else split the rows.
+struct MatmulShare {
+  int64_t row_begin, row_end, panel_begin, panel_end;
+};
+
+MatmulShare matmul_share(int64_t M, const PackedMatrix& b, int row_block, int w, int n) {
+  const int64_t blocks = (M + row_block - 1) / row_block;
+  auto imbalance = [n](int64_t items) {
+    const int64_t most = (items + n - 1) / n;
+    return static_cast<double>(most * n) / static_cast<double>(std::max<int64_t>(items, 1));
+  };
+  if (n == 1 || imbalance(b.panels) <= imbalance(blocks)) {
+    const auto [p0, p1] = static_range(b.panels, w, n);
+    return {0, M, p0, p1};
+  }
+  const auto [b0, b1] = static_range(blocks, w, n);
+  return {b0 * row_block, std::min(M, b1 * row_block), 0, b.panels};
+}
+
+void matmul_part(const Kernels& k, const float* a, int64_t lda, int64_t M, const PackedMatrix& b,
+                 float* c, int64_t ldc, int w, int n) {
+  const MatmulShare s = matmul_share(M, b, k.row_block, w, n);
+  if (s.row_begin < s.row_end && s.panel_begin < s.panel_end)
+    k.matmul(a + s.row_begin * lda, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
+             c + s.row_begin * ldc, ldc);
+}
+
+// The call's tokens: row r's positions [0, length[r]) are tokens [first[r], first[r] + length[r]).
+struct Plan {
+  std::vector<int64_t> first, length;
+  std::vector<int32_t> token_row, token_pos;
+  std::vector<int64_t> kt_offset;  // row r's transposed keys start at kt_offset[r] in the kt buffer
+  std::vector<int64_t> out_token;  // tokens whose outputs are asked for, row by row
+  std::vector<int64_t> out_slot;   // their row's output index: (row, t - out_begin)
+  int64_t tokens = 0;
+  int64_t longest = 0;
+};
+
+Plan make_plan(std::span<const RowRequest> rows, int64_t kv_dim) {
+  Plan p;
+  int64_t kt = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t n = rows[r].out_end;
+    p.first.push_back(p.tokens);
+    p.length.push_back(n);
+    p.kt_offset.push_back(kt);
+    for (int64_t t = 0; t < n; ++t) {
+      p.token_row.push_back(static_cast<int32_t>(r));
+      p.token_pos.push_back(static_cast<int32_t>(t));
+    }
+    for (int64_t t = rows[r].out_begin; t < n; ++t) {
+      p.out_token.push_back(p.tokens + t);
+      p.out_slot.push_back(t - rows[r].out_begin);
+    }
+    p.tokens += n;
+    kt += n * kv_dim;
+    p.longest = std::max(p.longest, n);
+  }
+  return p;
+}
+
+// The (token, head) pairs of worker w of n, balanced by cost (a query at position p reads p + 1
+// keys): pairs [begin, end) in token-major order.
+std::pair<int64_t, int64_t> attention_share(const Plan& p, int32_t heads, int w, int n) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < p.tokens; ++i) total += (p.token_pos[static_cast<size_t>(i)] + 1) * heads;
+  const int64_t lo = total * w / n, hi = total * (w + 1) / n;
+  int64_t begin = -1, end = p.tokens * heads, cost = 0;
+  for (int64_t u = 0; u < p.tokens * heads; ++u) {
+    if (begin < 0 && cost >= lo) begin = u;
+    if (cost >= hi) {
+      end = u;
+      break;
+    }
+    cost += p.token_pos[static_cast<size_t>(u / heads)] + 1;
+  }
+  if (begin < 0) begin = end;
+  return {begin, end};
+}
+
+}  // namespace
+
+void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int threads) {
+  if (rows.empty()) return;
+  const ModelConfig& c = m.config;
+  const simd::PackedWeights& pw = *m.packed;
+  const Kernels& k = *pw.kernels;
+  const bool bf16 = m.precision == Precision::bf16;
+  const int64_t d = c.d_model, hd = c.head_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const int64_t ff = c.d_ff, vocab = c.vocab_size, half = hd / 2;
+  const int64_t qkv_ld = q_dim + 2 * kv_dim;
+  const int32_t group = c.n_heads / c.n_kv_heads;
+  const float* p = m.parameters.data();
+
+  const Plan plan = make_plan(rows, kv_dim);
+  const int64_t R = plan.tokens;
+  const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
+  bool want_logits = false;
+  for (const RowRequest& r : rows) want_logits = want_logits || r.logits != nullptr;
+
+  ThreadPool& pool = m.thread_pool();
+  const int n_threads = std::max(1, threads);
+
+  // Workspace, allocated before the parallel region (nothing inside it may throw).
+  simd::AlignedFloats x = simd::aligned_floats(static_cast<size_t>(R * d));
+  simd::AlignedFloats xn = simd::aligned_floats(static_cast<size_t>(R * d));
+  simd::AlignedFloats qkv = simd::aligned_floats(static_cast<size_t>(R * qkv_ld));
+  simd::AlignedFloats kt = simd::aligned_floats(static_cast<size_t>(R * kv_dim));
+  simd::AlignedFloats att = simd::aligned_floats(static_cast<size_t>(R * q_dim));
+  simd::AlignedFloats gu = simd::aligned_floats(static_cast<size_t>(R * 2 * ff));
+  simd::AlignedFloats h = simd::aligned_floats(static_cast<size_t>(R * ff));
+  simd::AlignedFloats o = simd::aligned_floats(static_cast<size_t>(R * d));
+  simd::AlignedFloats scores = simd::aligned_floats(static_cast<size_t>(n_threads * plan.longest));
+  simd::AlignedFloats out_x = simd::aligned_floats(static_cast<size_t>(R_out * d));
+  simd::AlignedFloats out_logits = simd::aligned_floats(static_cast<size_t>(want_logits ? R_out * vocab : 0));
+  Barrier barrier(n_threads);
+
+  pool.run(n_threads, [&](int w, int n) {
+    const auto [t0, t1] = static_range(R, w, n);
+    // x[t] = embed[ids[t]]
+    for (int64_t t = t0; t < t1; ++t) {
+      const RowRequest& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+      const int32_t id = row.ids[static_cast<size_t>(plan.token_pos[static_cast<size_t>(t)])];
+      std::copy_n(p + m.registry.embed() + static_cast<int64_t>(id) * d, d, x.get() + t * d);
+    }
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      const ParameterRegistry::Layer& lw = m.registry.layer(l);
+      const simd::PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
+      // x = x + (the previous layer's MLP output); xn = rmsnorm(x)
+      for (int64_t t = t0; t < t1; ++t) {
+        if (l > 0) k.add(x.get() + t * d, o.get() + t * d, d);
+        k.rmsnorm(x.get() + t * d, p + lw.attn_norm, xn.get() + t * d, d, c.norm_eps);
+        if (bf16) k.round_bf16(xn.get() + t * d, xn.get() + t * d, d);
+      }
+      barrier.wait();
+      // [q | k | v] = xn @ [wq | wk | wv]
+      matmul_part(k, xn.get(), d, R, pl.qkv, qkv.get(), qkv_ld, w, n);
+      barrier.wait();
+      // RoPE on q and k at each token's position; keys transposed into kt.
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
+        const int64_t r = plan.token_row[static_cast<size_t>(t)];
+        float* row = qkv.get() + t * qkv_ld;
+        const float* cos_row = m.rope_cos.data() + pos * half;
+        const float* sin_row = m.rope_sin.data() + pos * half;
+        k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
+        k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
+        const int64_t len = plan.length[static_cast<size_t>(r)];
+        float* kt_row = kt.get() + plan.kt_offset[static_cast<size_t>(r)];
+        for (int64_t e = 0; e < kv_dim; ++e) kt_row[e * len + pos] = row[q_dim + e];
+      }
+      barrier.wait();
+      // Attention for each (token, head) pair.
+      {
+        const auto [u0, u1] = attention_share(plan, c.n_heads, w, n);
+        float* scratch = scores.get() + static_cast<int64_t>(w) * plan.longest;
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t t = u / c.n_heads;
+          const int32_t head = static_cast<int32_t>(u % c.n_heads);
+          const int64_t r = plan.token_row[static_cast<size_t>(t)];
+          const int64_t len = plan.length[static_cast<size_t>(r)];
+          const int64_t kvh = head / group;
+          const float* kt_head = kt.get() + plan.kt_offset[static_cast<size_t>(r)] + kvh * hd * len;
+          const float* v_head = qkv.get() + plan.first[static_cast<size_t>(r)] * qkv_ld + q_dim + kv_dim + kvh * hd;
+          float* out = att.get() + t * q_dim + head * hd;
+          k.attention(qkv.get() + t * qkv_ld + head * hd, kt_head, len, v_head, qkv_ld,
+                      plan.token_pos[static_cast<size_t>(t)] + 1, static_cast<int32_t>(hd),
+                      m.attention_scale, out, scratch);
+          if (bf16) k.round_bf16(out, out, hd);
+        }
+      }
+      barrier.wait();
+      // o = att @ wo
+      matmul_part(k, att.get(), q_dim, R, pl.wo, o.get(), d, w, n);
+      barrier.wait();
+      // x = x + o; xn = rmsnorm(x)
+      for (int64_t t = t0; t < t1; ++t) {
+        k.add(x.get() + t * d, o.get() + t * d, d);
+        k.rmsnorm(x.get() + t * d, p + lw.mlp_norm, xn.get() + t * d, d, c.norm_eps);
+        if (bf16) k.round_bf16(xn.get() + t * d, xn.get() + t * d, d);
+      }
+      barrier.wait();
+      // [gate | up] = xn @ [w_gate | w_up]; h = silu(gate) * up
+      matmul_part(k, xn.get(), d, R, pl.gate_up, gu.get(), 2 * ff, w, n);
+      barrier.wait();
+      for (int64_t t = t0; t < t1; ++t) {
+        k.swiglu(gu.get() + t * 2 * ff, gu.get() + t * 2 * ff + ff, h.get() + t * ff, ff);
+        if (bf16) k.round_bf16(h.get() + t * ff, h.get() + t * ff, ff);
+      }
+      barrier.wait();
+      // o = h @ w_down (added to x by the next layer, or below)
+      matmul_part(k, h.get(), ff, R, pl.w_down, o.get(), d, w, n);
+      barrier.wait();
+    }
+    // Outputs: x = x + o; hidden = rmsnorm(x, final_norm) at the asked positions.
+    const auto [r0, r1] = static_range(R_out, w, n);
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t t = plan.out_token[static_cast<size_t>(i)];
+      k.add(x.get() + t * d, o.get() + t * d, d);
+      k.rmsnorm(x.get() + t * d, p + m.registry.final_norm(), out_x.get() + i * d, d, c.norm_eps);
+      const RowRequest& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+      const int64_t slot = plan.out_slot[static_cast<size_t>(i)];
+      if (row.hidden) std::copy_n(out_x.get() + i * d, d, row.hidden + slot * d);
+      if (bf16) k.round_bf16(out_x.get() + i * d, out_x.get() + i * d, d);
+    }
+    if (!want_logits) return;
+    barrier.wait();
+    matmul_part(k, out_x.get(), d, R_out, pw.head, out_logits.get(), vocab, w, n);
+    barrier.wait();
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t t = plan.out_token[static_cast<size_t>(i)];
+      const RowRequest& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+      if (row.logits)
+        std::copy_n(out_logits.get() + i * vocab, vocab, row.logits + plan.out_slot[static_cast<size_t>(i)] * vocab);
+    }
+  });
+}
+
+}  // namespace lockstep

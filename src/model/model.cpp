@@ -1,0 +1,168 @@
+// Building and loading models; the accessors of lockstep/model.hpp.
+#include <cmath>
+
+#include "core/cpu_info.hpp"
+#include "core/sha256.hpp"
+#include "format/mapped_file.hpp"
+#include "format/model_json.hpp"
+#include "format/weights.hpp"
+#include "kernels/ref/math.hpp"
+#include "kernels/ref/ops.hpp"
+#include "kernels/simd/packed_weights.hpp"
+#include "lockstep/format.hpp"
+#include "model/model_impl.hpp"
+
+namespace lockstep {
+
+const char* profile_name() noexcept { return "lockstep-f32-1"; }
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::cpu;
+  if (name == "reference") return Device::reference;
+  if (name == "cuda" || name == "metal")
+    throw Error(ErrorKind::unsupported, "device '" + std::string(name) +
+                                            "' is not built into this lockstep; it runs on 'cpu' "
+                                            "and 'reference'");
+  throw Error(ErrorKind::invalid_argument,
+              "unknown device '" + std::string(name) + "'; expected cpu, reference, cuda or metal");
+}
+
+const char* device_name(Device device) noexcept {
+  return device == Device::reference ? "reference" : "cpu";
+}
+
+Precision parse_precision(std::string_view name) {
+  if (name == "f32") return Precision::f32;
+  if (name == "bf16") return Precision::bf16;
+  throw Error(ErrorKind::invalid_argument,
+              "unknown precision '" + std::string(name) + "'; expected f32 or bf16");
+}
+
+const char* precision_name(Precision precision) noexcept {
+  return precision == Precision::bf16 ? "bf16" : "f32";
+}
+
+int default_thread_count() { return physical_cores_available(); }
+
+std::shared_ptr<ThreadPool> make_thread_pool(int threads) {
+  if (threads < 0 || threads > max_threads)
+    throw Error(ErrorKind::invalid_argument,
+                "threads must be in [1, " + std::to_string(max_threads) + "], or 0 for one per core");
+  return std::make_shared<ThreadPool>(threads == 0 ? default_thread_count() : threads);
+}
+
+int thread_pool_size(const ThreadPool& pool) noexcept { return pool.size(); }
+
+namespace {
+
+void check_threads(int threads, bool zero_ok) {
+  if ((threads == 0 && zero_ok) || (threads >= 1 && threads <= max_threads)) return;
+  throw Error(ErrorKind::invalid_argument,
+              "threads must be in [1, " + std::to_string(max_threads) + "], got " + std::to_string(threads));
+}
+
+}  // namespace
+
+Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options)
+    : config(c), registry(c), parameters(std::move(params)) {
+  if (static_cast<int64_t>(parameters.size()) != registry.total())
+    throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
+                                                 std::to_string(registry.total()) + "], got " +
+                                                 std::to_string(parameters.size()) + " values");
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!std::isfinite(parameters[i]))
+      throw Error(ErrorKind::invalid_argument,
+                  "parameters must be finite; element " + std::to_string(i) + " is " +
+                      std::to_string(parameters[i]));
+  }
+  check_threads(options.threads, true);
+  device = options.device;
+  threads = options.threads;
+  pool = options.pool;
+  sha256 = sha256_f32_le(parameters);
+  if (options.precision) precision = *options.precision;
+  if (precision == Precision::bf16) {
+    bf16_parameters.resize(parameters.size());
+    for (size_t i = 0; i < parameters.size(); ++i) bf16_parameters[i] = ref::round_bf16(parameters[i]);
+  }
+  const size_t half = static_cast<size_t>(c.head_dim() / 2);
+  rope_cos.resize(static_cast<size_t>(c.length) * half);
+  rope_sin.resize(static_cast<size_t>(c.length) * half);
+  ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
+  attention_scale = ref::attention_scale(c.head_dim());
+  packed = simd::pack_weights(config, registry, matmul_weights());
+}
+
+ThreadPool& Model::Impl::thread_pool() const {
+  std::lock_guard lock(pool_mutex);
+  if (!pool) pool = std::make_shared<ThreadPool>(threads > 0 ? threads : default_thread_count());
+  return *pool;
+}
+
+int Model::Impl::threads_for(const CallOptions& call) const {
+  if (call.threads) {
+    check_threads(*call.threads, false);
+    return *call.threads;
+  }
+  if (threads > 0) return threads;
+  return thread_pool().size();
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+std::shared_ptr<const Model> Model::from_parameters(const ModelConfig& config,
+                                                    std::span<const float> parameters,
+                                                    const ModelOptions& options) {
+  config.validate();
+  auto impl = std::make_unique<Impl>(config, std::vector<float>(parameters.begin(), parameters.end()),
+                                     options);
+  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+}
+
+std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOptions& options) {
+  const ResolvedPath resolved = resolve_model_path(path);
+  const std::string json_path = resolved.model_dir + "/model.json";
+  const format::ModelDescription d = format::parse_model_json(
+      format::read_text_file(json_path, format::kMaxModelJsonBytes), json_path);
+  const format::WeightsFile* weights = &d.weights;
+  bool trained = !d.weights_averaged;
+  if (options.trained) {
+    if (!resolved.checkpoint_step)
+      throw Error(ErrorKind::invalid_argument,
+                  "'" + resolved.model_dir + "' is a model directory, not a checkpoint: "
+                  "trained weights are a checkpoint's alone (export --trained writes them into "
+                  "a model directory)");
+    if (d.trained) weights = &*d.trained;
+    trained = true;
+  }
+  std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
+                                                   d.config, weights->sha256);
+  ModelOptions model_options = options;
+  if (!model_options.precision) model_options.precision = d.precision;
+  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options);
+  impl->source = d.source;
+  impl->source.directory = resolved.model_dir;
+  impl->source.trained_weights = trained;
+  if (resolved.step && !impl->source.step) impl->source.step = resolved.step;
+  impl->weight_format = weights->format;
+  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+}
+
+const ModelConfig& Model::config() const { return impl_->config; }
+const ParameterRegistry& Model::registry() const { return impl_->registry; }
+std::span<const float> Model::parameters() const { return impl_->parameters; }
+const std::string& Model::parameters_sha256() const { return impl_->sha256; }
+Precision Model::precision() const { return impl_->precision; }
+const std::string& Model::weight_format() const { return impl_->weight_format; }
+const ModelSource& Model::source() const { return impl_->source; }
+Device Model::default_device() const { return impl_->device; }
+int Model::default_threads() const { return impl_->threads; }
+
+std::shared_ptr<ThreadPool> Model::pool() const {
+  impl_->thread_pool();
+  std::lock_guard lock(impl_->pool_mutex);
+  return impl_->pool;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,50 @@
+// Shared helpers for the test binaries.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lockstep/config.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::test {
+
+// A fresh directory under $TMPDIR, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Small configurations used throughout: `tiny` (d 16, 2 layers) and `tiny_gqa` (n_kv_heads < n_heads).
+ModelConfig tiny_config(int32_t length = 16);
+ModelConfig tiny_gqa_config(int32_t length = 16);
+
+// Uniform ids in [0, vocab) from lockstep's counter-based RNG.
+std::vector<int32_t> random_ids(int64_t count, int32_t vocab, uint64_t seed);
+// Floats ~ N(0, scale^2) from the same RNG.
+std::vector<float> random_floats(int64_t count, uint64_t seed, double scale = 1.0);
+
+std::string sha256_of(std::span<const float> values);
+bool same_bits(std::span<const float> a, std::span<const float> b);
+
+struct CommandResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+};
+// Runs argv (no shell), feeding `input` on stdin.
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& input = "");
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+
+}  // namespace lockstep::test
