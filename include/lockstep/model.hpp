@@ -61,7 +61,14 @@ struct ModelOptions {
   int threads = 0;              // default thread count for calls; 0: pool size
   std::optional<Precision> precision;  // override the model's own precision
   std::shared_ptr<ThreadPool> pool;    // share a pool; null: the model makes its own on first use
+  // The SIMD target the cpu device uses ("AVX2", "AVX3", "portable", ...; see simd_targets());
+  // empty: the best this CPU runs. Every target gives the same bits; this is for tests and
+  // benchmarks. An unknown or unsupported name throws Error.
+  std::string simd_target;
 };
+
+// The SIMD targets this build compiled and this CPU runs, best first ("portable" last).
+std::vector<std::string> simd_targets();
 
 struct LoadOptions : ModelOptions {
   bool trained = false;  // a checkpoint's trained weights instead of its EMA averages

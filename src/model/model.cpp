@@ -8,6 +8,7 @@
 #include "format/weights.hpp"
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
+#include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/packed_weights.hpp"
 #include "lockstep/format.hpp"
 #include "model/model_impl.hpp"
@@ -25,7 +26,24 @@ std::shared_ptr<ThreadPool> make_thread_pool(int threads) {
 
 int thread_pool_size(const ThreadPool& pool) noexcept { return pool.size(); }
 
+std::vector<std::string> simd_targets() {
+  std::vector<std::string> out;
+  for (const simd::Kernels* k : simd::supported_kernels()) out.emplace_back(k->name);
+  return out;
+}
+
 namespace {
+
+const simd::Kernels& choose_kernels(const std::string& name) {
+  if (name.empty()) return simd::best_kernels();
+  std::string known;
+  for (const simd::Kernels* k : simd::supported_kernels()) {
+    if (name == k->name) return *k;
+    known += (known.empty() ? "" : ", ") + std::string(k->name);
+  }
+  throw Error(ErrorKind::unsupported,
+              "SIMD target '" + name + "' is not available here; this CPU runs " + known);
+}
 
 void check_threads(int threads, bool zero_ok) {
   if ((threads == 0 && zero_ok) || (threads >= 1 && threads <= max_threads)) return;
@@ -62,7 +80,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   rope_sin.resize(static_cast<size_t>(c.length) * half);
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale(c.head_dim());
-  packed = simd::pack_weights(config, registry, matmul_weights());
+  packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target));
 }
 
 ThreadPool& Model::Impl::thread_pool() const {

@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/cpu_info.hpp"
+#include "core/fpenv.hpp"
+#include "core/sha256.hpp"
+#include "core/thread_pool.hpp"
+
+namespace lockstep {
+namespace {
+
+TEST(Sha256, KnownAnswers) {
+  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const float one = 1.0f;  // 00 00 80 3f
+  const unsigned char le[] = {0x00, 0x00, 0x80, 0x3f};
+  EXPECT_EQ(sha256_f32_le({&one, 1}), sha256_hex(le, 4));
+}
+
+TEST(ThreadPool, EveryWorkerRunsOnceAndResultsArePartitioned) {
+  ThreadPool pool(3);
+  for (int n : {1, 2, 3, 7}) {  // 7 > size: the pool grows
+    std::vector<int> hits(static_cast<size_t>(n), 0);
+    std::vector<int> owner(1000, -1);
+    pool.run(n, [&](int w, int count) {
+      EXPECT_EQ(count, n);
+      ++hits[static_cast<size_t>(w)];
+      const auto [b, e] = static_range(1000, w, count);
+      for (int64_t i = b; i < e; ++i) owner[static_cast<size_t>(i)] = w;
+    });
+    for (int h : hits) EXPECT_EQ(h, 1);
+    for (int o : owner) EXPECT_GE(o, 0);
+  }
+}
+
+TEST(ThreadPool, RethrowsAWorkersException) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.run(2, [](int w, int) {
+    if (w == 1) throw std::runtime_error("boom");
+  }), std::runtime_error);
+  int ran = 0;
+  pool.run(2, [&](int, int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); });
+  EXPECT_EQ(ran, 2);  // still usable
+}
+
+TEST(ThreadPool, CallersOnSeveralThreadsTakeTurns) {
+  ThreadPool pool(2);
+  std::atomic<int> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) pool.run(2, [&](int, int) { total.fetch_add(1); });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 200 * 2);
+}
+
+TEST(Barrier, SeparatesPhases) {
+  ThreadPool pool(3);
+  for (int n : {2, 3, 5}) {
+    Barrier barrier(n);
+    std::vector<int> stage(static_cast<size_t>(n), 0);
+    std::atomic<int> wrong{0};
+    pool.run(n, [&](int w, int count) {
+      for (int phase = 1; phase <= 50; ++phase) {
+        stage[static_cast<size_t>(w)] = phase;
+        barrier.wait();
+        for (int o = 0; o < count; ++o)
+          if (stage[static_cast<size_t>(o)] != phase) wrong.fetch_add(1);
+        barrier.wait();
+      }
+    });
+    EXPECT_EQ(wrong.load(), 0);
+  }
+}
+
+TEST(StaticRange, CoversEverythingInOrder) {
+  for (int n = 1; n <= 9; ++n) {
+    int64_t next = 0;
+    for (int w = 0; w < n; ++w) {
+      const auto [b, e] = static_range(23, w, n);
+      EXPECT_EQ(b, next);
+      EXPECT_GE(e - b, 23 / n);
+      EXPECT_LE(e - b, 23 / n + 1);
+      next = e;
+    }
+    EXPECT_EQ(next, 23);
+  }
+}
+
+TEST(FloatEnv, ScopeClearsFlushToZeroAndRestoresTheCallers) {
+  const uint64_t original = float_env_bits();
+  float_env_set_fast_math_for_test();
+  const uint64_t fast = float_env_bits();
+  volatile float tiny = 1e-38f;
+  volatile float scale = 1e-3f;
+  EXPECT_EQ(tiny * scale, 0.0f) << "flush-to-zero should be on for this check";
+  {
+    FloatEnvScope scope;
+    EXPECT_GT(tiny * scale, 0.0f) << "the profile needs subnormals";
+  }
+  EXPECT_EQ(float_env_bits(), fast);
+  float_env_restore_for_test(original);
+  EXPECT_GT(tiny * scale, 0.0f);
+}
+
+TEST(CpuInfo, AtLeastOneCore) { EXPECT_GE(physical_cores_available(), 1); }
+
+}  // namespace
+}  // namespace lockstep

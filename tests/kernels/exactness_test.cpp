@@ -1,0 +1,244 @@
+// Every fast kernel against its reference twin, with memcmp, for every SIMD target this machine
+// runs (the portable fallback included), over shapes chosen around the vector width: 1, primes,
+// odd sizes, multiples of the lane count and their neighbours.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/ref/math.hpp"
+#include "kernels/ref/ops.hpp"
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+using simd::Kernels;
+
+std::vector<const Kernels*> targets() { return simd::supported_kernels(); }
+
+std::string target_names() {
+  std::string s;
+  for (const Kernels* k : targets()) s += std::string(s.empty() ? "" : ", ") + k->name;
+  return s;
+}
+
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
+      FAIL() << what << ": first difference at " << i << ": " << got[i] << " (0x" << std::hex
+             << std::bit_cast<uint32_t>(got[i]) << ") vs reference " << want[i] << " (0x"
+             << std::bit_cast<uint32_t>(want[i]) << ")";
+    }
+  }
+}
+
+const int kSizes[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 64, 100, 257};
+
+TEST(Targets, ThereIsAlwaysAPortableFallbackLast) {
+  const auto all = targets();
+  ASSERT_FALSE(all.empty());
+  EXPECT_STREQ(all.back()->name, "portable") << target_names();
+  std::printf("SIMD targets on this machine: %s\n", target_names().c_str());
+}
+
+TEST(Matmul, EqualsReferenceForEveryShapeAndTarget) {
+  const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13};
+  const int Ks[] = {1, 2, 3, 7, 8, 17, 64, 255, 256, 257, 300};
+  const int Ns[] = {1, 3, 7, 8, 9, 16, 23, 24, 25, 31, 32, 33, 47, 48, 49, 100};
+  uint64_t seed = 1;
+  for (const Kernels* k : targets()) {
+    for (int M : Ms) {
+      for (int K : Ks) {
+        for (int N : Ns) {
+          const auto a = test::random_floats(int64_t{M} * K, seed++);
+          const auto w = test::random_floats(int64_t{K} * N, seed++);
+          std::vector<float> want(static_cast<size_t>(M) * N);
+          ref::matmul(a.data(), w.data(), want.data(), M, K, N);
+          const simd::PackedMatrix packed = simd::pack_matrix(*k, w.data(), K, N, N);
+          std::vector<float> got(want.size(), -1.0f);
+          k->matmul(a.data(), K, M, packed, 0, packed.panels, got.data(), N);
+          expect_same(got, want, std::string(k->name) + " matmul M=" + std::to_string(M) +
+                                     " K=" + std::to_string(K) + " N=" + std::to_string(N));
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, PanelRangesAndStridesComposeExactly) {
+  // Computing panels in pieces, with padded row strides, gives the same bits as one call.
+  for (const Kernels* k : targets()) {
+    const int M = 11, K = 70, N = 101, lda = 73, ldc = 105;
+    const auto a = test::random_floats(int64_t{M} * lda, 5);
+    const auto w = test::random_floats(int64_t{K} * N, 6);
+    std::vector<float> dense_a(static_cast<size_t>(M) * K);
+    for (int m = 0; m < M; ++m)
+      std::memcpy(&dense_a[static_cast<size_t>(m) * K], &a[static_cast<size_t>(m) * lda], K * sizeof(float));
+    std::vector<float> want(static_cast<size_t>(M) * N);
+    ref::matmul(dense_a.data(), w.data(), want.data(), M, K, N);
+    const simd::PackedMatrix packed = simd::pack_matrix(*k, w.data(), K, N, N);
+    std::vector<float> c(static_cast<size_t>(M) * ldc, 7.0f);
+    for (int64_t p = 0; p < packed.panels; p += 2)
+      k->matmul(a.data(), lda, M, packed, p, std::min<int64_t>(p + 2, packed.panels), c.data(), ldc);
+    std::vector<float> got(static_cast<size_t>(M) * N);
+    for (int m = 0; m < M; ++m) {
+      std::memcpy(&got[static_cast<size_t>(m) * N], &c[static_cast<size_t>(m) * ldc], N * sizeof(float));
+      for (int j = N; j < ldc; ++j) EXPECT_EQ(c[static_cast<size_t>(m) * ldc + j], 7.0f) << "wrote past N";
+    }
+    expect_same(got, want, std::string(k->name) + " matmul in panel pieces");
+  }
+}
+
+TEST(RmsNorm, EqualsReference) {
+  uint64_t seed = 100;
+  for (const Kernels* k : targets()) {
+    for (int n : kSizes) {
+      const auto x = test::random_floats(n, seed++, 3.0);
+      const auto w = test::random_floats(n, seed++);
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      ref::rmsnorm(x.data(), w.data(), want.data(), n, 1e-5f);
+      k->rmsnorm(x.data(), w.data(), got.data(), n, 1e-5f);
+      expect_same(got, want, std::string(k->name) + " rmsnorm n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(Rope, EqualsReference) {
+  const int head_dims[] = {2, 4, 6, 8, 10, 14, 16, 18, 24, 32, 34, 64, 130, 258};
+  for (const Kernels* k : targets()) {
+    for (int hd : head_dims) {
+      for (int heads : {1, 3}) {
+        const int length = 40;
+        std::vector<float> cos_t(static_cast<size_t>(length * hd / 2)), sin_t(cos_t.size());
+        ref::rope_tables(length, hd, 10000.0f, cos_t.data(), sin_t.data());
+        for (int pos : {0, 1, 17, 39}) {
+          auto want = test::random_floats(int64_t{heads} * hd, static_cast<uint64_t>(hd * 100 + pos));
+          auto got = want;
+          const float* c = cos_t.data() + pos * hd / 2;
+          const float* s = sin_t.data() + pos * hd / 2;
+          ref::rope(want.data(), heads, hd, c, s);
+          k->rope(got.data(), heads, hd, c, s);
+          expect_same(got, want, std::string(k->name) + " rope hd=" + std::to_string(hd) +
+                                     " heads=" + std::to_string(heads) + " pos=" + std::to_string(pos));
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, EqualsReferenceWithTransposedKeys) {
+  const int lengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100};
+  const int head_dims[] = {2, 6, 8, 10, 16, 24, 32, 40, 64};
+  uint64_t seed = 500;
+  for (const Kernels* k : targets()) {
+    for (int n : lengths) {
+      for (int hd : head_dims) {
+        const int stride = hd + 3;  // keys and values with a row stride, as in a [T, kv_dim] cache
+        const auto q = test::random_floats(hd, seed++);
+        const auto keys = test::random_floats(int64_t{n} * stride, seed++);
+        const auto values = test::random_floats(int64_t{n} * stride, seed++);
+        const int ldk = n + 5;
+        std::vector<float> kt(static_cast<size_t>(hd) * ldk, 0.0f);
+        for (int j = 0; j < n; ++j)
+          for (int d = 0; d < hd; ++d) kt[static_cast<size_t>(d) * ldk + j] = keys[static_cast<size_t>(j) * stride + d];
+        const float scale = ref::attention_scale(hd);
+        std::vector<float> want(static_cast<size_t>(hd)), got(static_cast<size_t>(hd));
+        std::vector<float> scratch(static_cast<size_t>(n));
+        ref::attention(q.data(), keys.data(), values.data(), stride, n, hd, scale, want.data(), scratch.data());
+        k->attention(q.data(), kt.data(), ldk, values.data(), stride, n, hd, scale, got.data(), scratch.data());
+        expect_same(got, want, std::string(k->name) + " attention n=" + std::to_string(n) +
+                                   " hd=" + std::to_string(hd));
+      }
+    }
+  }
+}
+
+TEST(Elementwise, SwigluAddAndBf16EqualReference) {
+  uint64_t seed = 900;
+  for (const Kernels* k : targets()) {
+    for (int n : kSizes) {
+      auto g = test::random_floats(n, seed++, 6.0);
+      const auto u = test::random_floats(n, seed++, 2.0);
+      if (n > 3) {
+        g[0] = 120.0f;  // exp(-g) underflows: silu(g) = g
+        g[1] = -120.0f;  // exp(-g) overflows: silu(g) = -0
+        g[2] = 0.0f;
+      }
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      ref::swiglu(g.data(), u.data(), want.data(), n);
+      k->swiglu(g.data(), u.data(), got.data(), n);
+      expect_same(got, want, std::string(k->name) + " swiglu n=" + std::to_string(n));
+
+      auto x = g;
+      want = g;
+      for (int i = 0; i < n; ++i) want[static_cast<size_t>(i)] = want[static_cast<size_t>(i)] + u[static_cast<size_t>(i)];
+      k->add(x.data(), u.data(), n);
+      expect_same(x, want, std::string(k->name) + " add n=" + std::to_string(n));
+
+      for (int i = 0; i < n; ++i) want[static_cast<size_t>(i)] = ref::round_bf16(g[static_cast<size_t>(i)]);
+      k->round_bf16(g.data(), got.data(), n);
+      expect_same(got, want, std::string(k->name) + " round_bf16 n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
+  auto bits = [](uint32_t u) { return std::bit_cast<float>(u); };
+  auto r = [](float f) { return std::bit_cast<uint32_t>(ref::round_bf16(f)); };
+  EXPECT_EQ(r(bits(0x3f808000u)), 0x3f800000u);  // tie, even stays
+  EXPECT_EQ(r(bits(0x3f818000u)), 0x3f820000u);  // tie, odd rounds up
+  EXPECT_EQ(r(bits(0x3f808001u)), 0x3f810000u);  // above the tie
+  EXPECT_EQ(r(bits(0x7f7fffffu)), 0x7f800000u);  // the largest float rounds to inf
+  EXPECT_EQ(r(bits(0xff800000u)), 0xff800000u);  // -inf stays
+  EXPECT_EQ(r(bits(0x7f800001u)) & 0x7fc00000u, 0x7fc00000u);  // signalling NaN quieted
+  EXPECT_EQ(r(bits(0x80000001u)), 0x80000000u);  // tiny subnormal to -0
+}
+
+TEST(CrossEntropy, EqualsReference) {
+  const int vocabs[] = {1, 2, 7, 8, 9, 31, 255, 256, 257, 1000};
+  uint64_t seed = 1300;
+  for (const Kernels* k : targets()) {
+    for (int v : vocabs) {
+      const auto z = test::random_floats(v, seed++, 4.0);
+      for (int target : {0, v / 2, v - 1}) {
+        const float want = ref::cross_entropy(z.data(), v, target);
+        const float got = k->cross_entropy(z.data(), v, target);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+            << k->name << " cross_entropy vocab=" << v << " target=" << target;
+      }
+    }
+  }
+}
+
+// exp and log over a sample of every float bit pattern (a stride through all 2^32) and the
+// special values: each SIMD target computes the reference's bits, NaN payloads included.
+TEST(ElementaryFunctions, SimdEqualsReferenceOnSampledBitPatterns) {
+  std::vector<float> x;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            88.7f, 88.8f, 89.0f, 89.5f, -87.3f, -103.9f, -104.0f, -104.1f,
+                            std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::max()};
+  x.insert(x.end(), std::begin(specials), std::end(specials));
+  std::vector<float> want(x.size()), got(x.size());
+  for (const Kernels* k : targets()) {
+    for (size_t i = 0; i < x.size(); ++i) want[i] = ref::exp_f32(x[i]);
+    k->exp(x.data(), got.data(), static_cast<int64_t>(x.size()));
+    expect_same(got, want, std::string(k->name) + " exp");
+    for (size_t i = 0; i < x.size(); ++i) want[i] = ref::log_f32(x[i]);
+    k->log(x.data(), got.data(), static_cast<int64_t>(x.size()));
+    expect_same(got, want, std::string(k->name) + " log");
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,134 @@
+// The fast path against the reference, whole forward passes and losses, with memcmp: for every
+// SIMD target this machine runs, thread counts 1, 2, 3 and 7, batches of 1 to 8 ragged rows, odd
+// model shapes, both precisions.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "lockstep/model.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+struct Shape {
+  const char* name;
+  ModelConfig config;
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  out.push_back({"tiny", test::tiny_config(24)});
+  out.push_back({"gqa", test::tiny_gqa_config(24)});
+  ModelConfig odd;  // nothing a multiple of the vector width
+  odd.vocab_size = 37;
+  odd.length = 23;
+  odd.d_model = 30;
+  odd.n_layers = 2;
+  odd.n_heads = 5;  // head_dim 6
+  odd.n_kv_heads = 1;
+  odd.d_ff = 17;
+  odd.batch = 2;
+  out.push_back({"odd", odd});
+  ModelConfig wide;  // head_dim 34 and a vocab past one panel
+  wide.vocab_size = 300;
+  wide.length = 40;
+  wide.d_model = 68;
+  wide.n_layers = 1;
+  wide.n_heads = 2;
+  wide.n_kv_heads = 2;
+  wide.d_ff = 50;
+  wide.batch = 2;
+  out.push_back({"wide", wide});
+  return out;
+}
+
+TEST(FastPath, LogitsHiddenAndLossEqualTheReference) {
+  for (const Shape& shape : shapes()) {
+    const ModelConfig& c = shape.config;
+    const auto params = init_parameters(c, 17);
+    for (const Precision precision : {Precision::f32, Precision::bf16}) {
+      ModelOptions ref_options;
+      ref_options.precision = precision;
+      const auto reference = Model::from_parameters(c, params, ref_options);
+      for (const std::string& target : simd_targets()) {
+        ModelOptions options;
+        options.precision = precision;
+        options.simd_target = target;
+        const auto fast = Model::from_parameters(c, params, options);
+        for (int64_t B = 1; B <= 8; ++B) {
+          const int64_t T = c.length;
+          const auto ids = test::random_ids(B * T, c.vocab_size, static_cast<uint64_t>(B * 31));
+          std::vector<int32_t> lengths;
+          for (int64_t b = 0; b < B; ++b)
+            lengths.push_back(static_cast<int32_t>(1 + test::random_ids(1, static_cast<int32_t>(T), static_cast<uint64_t>(B * 100 + b))[0]));
+          const auto want = reference->logits({ids.data(), B, T}, lengths, {Device::reference, std::nullopt});
+          const auto want_hidden = reference->hidden({ids.data(), B, T}, lengths, {Device::reference, std::nullopt});
+          for (int threads : {1, 2, 3, 7}) {
+            const std::string what = std::string(shape.name) + " " + precision_name(precision) + " " + target +
+                                     " B=" + std::to_string(B) + " threads=" + std::to_string(threads);
+            const auto got = fast->logits({ids.data(), B, T}, lengths, {Device::cpu, threads});
+            ASSERT_TRUE(test::same_bits(got, want)) << what << " logits";
+            const auto got_hidden = fast->hidden({ids.data(), B, T}, lengths, {Device::cpu, threads});
+            ASSERT_TRUE(test::same_bits(got_hidden, want_hidden)) << what << " hidden";
+          }
+        }
+        const auto loss_ids = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 5);
+        const uint32_t want_loss = reference->loss_bits({loss_ids.data(), c.batch, c.length + 1}, {Device::reference, std::nullopt});
+        for (int threads : {1, 2, 3, 7})
+          EXPECT_EQ(fast->loss_bits({loss_ids.data(), c.batch, c.length + 1}, {Device::cpu, threads}), want_loss)
+              << shape.name << " " << target << " threads=" << threads;
+      }
+    }
+  }
+}
+
+TEST(FastPath, ARowsBitsDoNotDependOnItsNeighbours) {
+  // The same row, alone and beside 0..7 other rows of every length, at several thread counts.
+  const ModelConfig c = test::tiny_gqa_config(24);
+  const auto model = Model::from_parameters(c, init_parameters(c, 3));
+  const auto row = test::random_ids(c.length, c.vocab_size, 99);
+  const auto alone = model->logits({row.data(), 1, c.length}, {}, {Device::cpu, 1});
+  for (int others = 0; others <= 7; ++others) {
+    for (int place = 0; place <= others; ++place) {
+      std::vector<int32_t> ids;
+      std::vector<int32_t> lengths;
+      for (int b = 0; b <= others; ++b) {
+        if (b == place) {
+          ids.insert(ids.end(), row.begin(), row.end());
+          lengths.push_back(c.length);
+        } else {
+          const auto other = test::random_ids(c.length, c.vocab_size, static_cast<uint64_t>(1000 + b * 7 + others));
+          ids.insert(ids.end(), other.begin(), other.end());
+          lengths.push_back(1 + (b * 5 + others) % c.length);
+        }
+      }
+      const int64_t B = others + 1;
+      const int threads = 1 + (others % 3);
+      const auto got = model->logits({ids.data(), B, c.length}, lengths, {Device::cpu, threads});
+      ASSERT_EQ(std::memcmp(got.data() + place * c.length * c.vocab_size, alone.data(), alone.size() * 4), 0)
+          << "row at " << place << " of " << B << ", threads " << threads;
+    }
+  }
+}
+
+TEST(FastPath, ForwardOutputsOnlyWhatWasAsked) {
+  // RowRequest with an output window [out_begin, out_end): equal to the full pass at those rows.
+  const ModelConfig c = test::tiny_config(20);
+  const auto model = Model::from_parameters(c, init_parameters(c, 8));
+  const auto ids = test::random_ids(20, c.vocab_size, 4);
+  const auto full = model->logits({ids.data(), 1, 20}, {}, {Device::reference, std::nullopt});
+  for (Device device : {Device::reference, Device::cpu}) {
+    std::vector<float> logits(3 * c.vocab_size);
+    RowRequest r;
+    r.ids = {ids.data(), 20};
+    r.out_begin = 9;
+    r.out_end = 12;
+    r.logits = logits.data();
+    model->forward({&r, 1}, {device, 2});
+    EXPECT_EQ(std::memcmp(logits.data(), full.data() + 9 * c.vocab_size, logits.size() * 4), 0) << device_name(device);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

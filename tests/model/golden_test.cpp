@@ -1,0 +1,67 @@
+// Golden values: the SHA-256 of the logits of fixed inputs and the bits of the loss of a fixed
+// batch, for models initialised from fixed seeds. A change to any of these is a new arithmetic
+// profile (docs/ARITHMETIC.md, "Versions"), never a silent edit of the numbers below.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "lockstep/model.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+struct Golden {
+  const char* name;
+  ModelConfig config;
+  uint64_t seed;
+  Precision precision;
+  const char* logits_sha256;   // of the logits of kText, [1, len(kText), vocab]
+  uint32_t loss_bits;          // of random_ids(batch * (length + 1), vocab, 2026)
+};
+
+constexpr char kText[] = "Lockstep promises the same bits on every path: reference, SIMD, threads.";
+
+ModelConfig gqa_default() {
+  ModelConfig c;  // the default shape with grouped-query attention
+  c.n_kv_heads = 2;
+  return c;
+}
+
+const Golden kGolden[] = {
+    {"default", ModelConfig{}, 1, Precision::f32,
+     "08be3a14ac59de2fb984dc0070676030dead9870eb378c4c0237b36d3f091142", 0x40b259d0u},
+    {"default-gqa", gqa_default(), 2, Precision::f32,
+     "b4abe10ceef8059befcf1baa05921eae3137b94d894125284884df158cefe6be", 0x40b23135u},
+    {"default-bf16", ModelConfig{}, 1, Precision::bf16,
+     "b5dea082ea88e91ca2d30ed96569847fafd70ac27c9a203ee787e7d59a519aa3", 0x40b259e0u},
+};
+
+std::vector<int32_t> text_ids() {
+  std::vector<int32_t> ids;
+  for (const char* p = kText; *p; ++p) ids.push_back(static_cast<unsigned char>(*p));
+  return ids;
+}
+
+TEST(Golden, LogitsAndLossBitsArePinned) {
+  for (const Golden& g : kGolden) {
+    ModelOptions options;
+    options.precision = g.precision;
+    const auto model = Model::from_parameters(g.config, init_parameters(g.config, g.seed), options);
+    const auto ids = text_ids();
+    const int64_t T = static_cast<int64_t>(ids.size());
+    const auto fast = model->logits({ids.data(), 1, T}, {}, {Device::cpu, 2});
+    const auto ref = model->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
+    ASSERT_TRUE(test::same_bits(fast, ref)) << g.name;
+    EXPECT_EQ(test::sha256_of(fast), g.logits_sha256) << g.name;
+    const ModelConfig& c = g.config;
+    const auto batch = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 2026);
+    const uint32_t bits = model->loss_bits({batch.data(), c.batch, c.length + 1}, {Device::cpu, 2});
+    EXPECT_EQ(bits, g.loss_bits) << g.name << " loss " << std::bit_cast<float>(bits) << " bits 0x"
+                                 << std::hex << bits;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
