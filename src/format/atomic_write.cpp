@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -166,7 +167,14 @@ AtomicDirectory::~AtomicDirectory() {
 void AtomicDirectory::commit() {
   sync_directory(temp_);
   if (path_exists(path_)) throw Error(ErrorKind::io, path_ + ": already exists");
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_, errno);
+  // rename() would replace an empty directory that appeared at path_ since the check above;
+  // RENAME_NOREPLACE makes the refusal atomic where the file system supports it.
+  if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
+    const int err = errno;
+    if (err == EEXIST) throw Error(ErrorKind::io, path_ + ": already exists");
+    if (err != EINVAL && err != ENOSYS) throw io_error("cannot rename into", path_, err);
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_, errno);
+  }
   committed_ = true;
   sync_directory(parent_directory(path_));
 }

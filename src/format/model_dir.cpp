@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cctype>
 
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
@@ -15,13 +14,17 @@
 namespace lockstep {
 namespace {
 
-// step-NNNNNNNN with exactly eight digits, or -1.
+// The step of a name step_directory_name() writes, or -1: "step-" then the step zero-padded to
+// eight digits, or more digits without a leading zero once the step needs them.
 int64_t parse_step_name(std::string_view name) {
   constexpr std::string_view kPrefix = "step-";
-  if (name.size() != kPrefix.size() + 8 || name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (digits.size() < 8 || digits.size() > 18) return -1;  // 18 digits stay inside int64
+  if (digits.size() > 8 && digits[0] == '0') return -1;
   int64_t step = 0;
-  for (char c : name.substr(kPrefix.size())) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return -1;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
     step = step * 10 + (c - '0');
   }
   return step;
@@ -43,6 +46,8 @@ std::vector<TensorSpec> model_outputs(const ModelConfig& c) {
 }
 
 std::string step_directory_name(int64_t step) {
+  if (step < 0)
+    throw Error(ErrorKind::invalid_argument, "checkpoint step " + std::to_string(step) + " is negative");
   std::string digits = std::to_string(step);
   if (digits.size() < 8) digits.insert(0, 8 - digits.size(), '0');
   return "step-" + digits;

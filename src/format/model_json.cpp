@@ -1,6 +1,7 @@
 #include "format/model_json.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -37,16 +38,25 @@ const json& field(const json& object, const char* key, const std::string& what,
 int32_t int_field(const json& object, const char* key, const std::string& what) {
   const json& v = field(object, key, what, "config");
   if (!v.is_number_integer()) refuse(what, std::string("config.") + key + " is not an integer");
-  const int64_t n = v.get<int64_t>();
-  if (n < std::numeric_limits<int32_t>::min() || n > std::numeric_limits<int32_t>::max())
-    refuse(what, std::string("config.") + key + " = " + std::to_string(n) + " is out of range");
-  return static_cast<int32_t>(n);
+  // An unsigned value above INT64_MAX would wrap in get<int64_t>(): test it as unsigned.
+  const bool in_range =
+      v.is_number_unsigned()
+          ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+          : v.get<int64_t>() >= std::numeric_limits<int32_t>::min() &&
+                v.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+  if (!in_range) refuse(what, std::string("config.") + key + " = " + v.dump() + " is out of range");
+  return static_cast<int32_t>(v.get<int64_t>());
 }
 
 float float_field(const json& object, const char* key, const std::string& what) {
   const json& v = field(object, key, what, "config");
   if (!v.is_number()) refuse(what, std::string("config.") + key + " is not a number");
-  return static_cast<float>(v.get<double>());
+  // A double that rounds past f32's largest finite value has no f32 value. 0x1.ffffffp127 is
+  // FLT_MAX plus half its ulp: everything below it rounds to a finite f32.
+  const double x = v.get<double>();
+  if (!(std::fabs(x) < 0x1.ffffffp127))
+    refuse(what, std::string("config.") + key + " = " + v.dump() + " is outside the range of f32");
+  return static_cast<float>(x);
 }
 
 std::string string_field(const json& object, const char* key, const std::string& what,
@@ -118,8 +128,9 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
     refuse(what, "format '" + format + "' is not a lockstep model ('" + kModelFormatName + "')");
   const json& version = field(j, "format_version", what, "model.json");
   if (!version.is_number_integer()) refuse(what, "format_version is not an integer");
-  if (version.get<int64_t>() != kModelFormatVersion)
-    refuse(what, "format_version " + std::to_string(version.get<int64_t>()) +
+  if (version.is_number_unsigned() ? version.get<uint64_t>() != static_cast<uint64_t>(kModelFormatVersion)
+                                   : version.get<int64_t>() != kModelFormatVersion)
+    refuse(what, "format_version " + version.dump() +
                      " is not supported; this lockstep reads format_version " +
                      std::to_string(kModelFormatVersion));
   ModelDescription d;

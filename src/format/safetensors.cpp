@@ -77,11 +77,15 @@ TensorEntry parse_entry(const std::string& what, const std::string& name, const 
   const auto shape = v.find("shape");
   if (shape == v.end() || !shape->is_array()) refuse(what, where + " has no shape list");
   if (shape->size() > 8) refuse(what, where + " has " + std::to_string(shape->size()) + " dimensions");
+  // Bound the byte count, not only the element count: elements x width must not wrap, or a
+  // huge shape could match a small span.
+  const uint64_t width = static_cast<uint64_t>(dtype_width(e.dtype));
+  const uint64_t max_elements = (uint64_t{1} << 62) / width;
   uint64_t elements = 1;
   for (const auto& d : *shape) {
     const auto n = as_count(d);
     if (!n) refuse(what, where + " has a shape entry that is not a non-negative integer");
-    if (*n != 0 && elements > (uint64_t{1} << 62) / *n)
+    if (*n > max_elements || (*n != 0 && elements > max_elements / *n))
       refuse(what, where + " has a shape too large to address");
     elements *= *n;
     e.shape.push_back(static_cast<int64_t>(*n));
@@ -94,7 +98,7 @@ TensorEntry parse_entry(const std::string& what, const std::string& name, const 
   if (*b > *en) refuse(what, where + " has data_offsets that end before they begin");
   e.begin = *b;
   e.end = *en;
-  const uint64_t bytes = elements * static_cast<uint64_t>(dtype_width(e.dtype));
+  const uint64_t bytes = elements * width;
   if (bytes != e.end - e.begin)
     refuse(what, where + ": shape x dtype width is " + std::to_string(bytes) +
                      " bytes but data_offsets span " + std::to_string(e.end - e.begin));

@@ -16,6 +16,19 @@ namespace {
   throw Error(ErrorKind::format, what + ": " + problem);
 }
 
+// A name read from the file, quoted, control characters replaced, long ones cut.
+std::string quote_name(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (out.size() > 80) {
+      out += "...";
+      break;
+    }
+    out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+  }
+  return out + "'";
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -33,7 +46,7 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
   for (const auto& t : header.tensors) by_name[t.name] = &t;
   for (const auto& t : header.tensors) {
     if (registry.find(t.name) < 0)
-      refuse(path, "tensor '" + t.name + "' is not a parameter of this model");
+      refuse(path, "tensor " + quote_name(t.name) + " is not a parameter of this model");
   }
   std::vector<float> flat(static_cast<size_t>(registry.total()));
   const uint8_t* data = file.bytes().data() + header.data_offset;
@@ -67,6 +80,17 @@ void write_weights(const std::string& path, const ModelConfig& config,
     throw Error(ErrorKind::invalid_argument,
                 "write_weights: " + std::to_string(parameters.size()) + " values for " +
                     std::to_string(registry.total()) + " parameters");
+  // The reader refuses non-finite values, so a writer that accepted them would write a file
+  // nothing can load.
+  for (const auto& e : registry.entries()) {
+    for (int64_t i = 0; i < e.count; ++i) {
+      const float v = parameters[static_cast<size_t>(e.offset + i)];
+      if (!std::isfinite(v))
+        throw Error(ErrorKind::invalid_argument,
+                    path + ": parameter '" + e.name + "' holds a non-finite value (" +
+                        std::to_string(v) + ") at element " + std::to_string(i));
+    }
+  }
   std::vector<TensorData> tensors;
   tensors.reserve(registry.entries().size());
   for (const auto& e : registry.entries())
