@@ -136,6 +136,10 @@ class Model {
   // inputs, columns [1, length] the targets; -100 in the last column is ignored.
   uint32_t loss_bits(const IdsView& ids, const CallOptions& call = {}) const;
   float loss(const IdsView& ids, const CallOptions& call = {}) const;
+  // Each position's next-token loss for ids [rows, T + 1] (rows >= 1, 1 <= T <= length): f32
+  // [rows, T], the cross-entropy of position t's logits at target ids[r, t + 1]. A -100 target
+  // (last column only) gives NaN. For evaluations that sum over more rows than one batch.
+  std::vector<float> token_losses(const IdsView& ids, const CallOptions& call = {}) const;
   // Greedy next token after each row's last (real) position; ties go to the lowest id and NaN
   // is never chosen.
   std::vector<int32_t> next_bytes(const IdsView& ids, std::span<const int32_t> lengths = {},

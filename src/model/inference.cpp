@@ -160,7 +160,36 @@ uint32_t Model::loss_bits(const IdsView& ids, const CallOptions& call) const {
   }
   forward(rows, call);
   FloatEnvScope env;
-  return std::bit_cast<uint32_t>(mean_cross_entropy(*impl_, logits, targets, call));
+  return std::bit_cast<uint32_t>(mean_loss(cross_entropy_rows(*impl_, logits, targets, call), targets));
+}
+
+std::vector<float> Model::token_losses(const IdsView& ids, const CallOptions& call) const {
+  const ModelConfig& c = impl_->config;
+  if (!ids.data || ids.rows < 1 || ids.cols < 2 || ids.cols > c.length + 1)
+    invalid("ids must be [rows, 2.." + std::to_string(c.length + 1) + "]; got [" +
+            std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
+  const int64_t T = ids.cols - 1, V = c.vocab_size;
+  for (int64_t b = 0; b < ids.rows; ++b) {
+    for (int64_t t = 0; t <= T; ++t) {
+      const int32_t id = ids.at(b, t);
+      if (t == T && id == kIgnoreIndex) continue;
+      check_id(c, id, b, t);
+    }
+  }
+  std::vector<float> logits(static_cast<size_t>(ids.rows * T * V));
+  std::vector<RowRequest> rows(static_cast<size_t>(ids.rows));
+  std::vector<int32_t> targets(static_cast<size_t>(ids.rows * T));
+  for (int64_t b = 0; b < ids.rows; ++b) {
+    RowRequest& r = rows[static_cast<size_t>(b)];
+    r.ids = {ids.data + b * ids.cols, static_cast<size_t>(T)};
+    r.out_begin = 0;
+    r.out_end = static_cast<int32_t>(T);
+    r.logits = logits.data() + b * T * V;
+    for (int64_t t = 0; t < T; ++t) targets[static_cast<size_t>(b * T + t)] = ids.at(b, t + 1);
+  }
+  forward(rows, call);
+  FloatEnvScope env;
+  return cross_entropy_rows(*impl_, logits, targets, call);
 }
 
 float Model::loss(const IdsView& ids, const CallOptions& call) const {

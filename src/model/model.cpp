@@ -79,7 +79,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   rope_cos.resize(static_cast<size_t>(c.length) * half);
   rope_sin.resize(static_cast<size_t>(c.length) * half);
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
-  attention_scale = ref::attention_scale(c.head_dim());
+  attention_scale = ref::attention_scale<float>(c.head_dim());
   packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target));
 }
 

@@ -149,7 +149,7 @@ TEST(Attention, EqualsReferenceWithTransposedKeys) {
         std::vector<float> kt(static_cast<size_t>(hd) * ldk, 0.0f);
         for (int j = 0; j < n; ++j)
           for (int d = 0; d < hd; ++d) kt[static_cast<size_t>(d) * ldk + j] = keys[static_cast<size_t>(j) * stride + d];
-        const float scale = ref::attention_scale(hd);
+        const float scale = ref::attention_scale<float>(hd);
         std::vector<float> want(static_cast<size_t>(hd)), got(static_cast<size_t>(hd));
         std::vector<float> scratch(static_cast<size_t>(n));
         ref::attention(q.data(), keys.data(), values.data(), stride, n, hd, scale, want.data(), scratch.data());

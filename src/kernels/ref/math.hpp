@@ -114,7 +114,8 @@ inline float silu_f32(float g) {
 }
 
 // The greater of m and v with NaN skipped: v replaces m only when v > m.
-inline float max_skip_nan(float m, float v) { return v > m ? v : m; }
+template <typename T>
+inline T max_skip_nan(T m, T v) { return v > m ? v : m; }
 
 // f32 rounded to the nearest bf16, ties to even, returned as f32 (its low 16 bits zero). NaN
 // stays NaN (quieted).

@@ -3,19 +3,34 @@
 
 namespace lockstep::ref {
 
-void rope(float* v, int32_t n_heads, int32_t head_dim, const float* cos_row, const float* sin_row) {
+template <typename T>
+void rope(T* v, int32_t n_heads, int32_t head_dim, const T* cos_row, const T* sin_row) {
   for (int32_t h = 0; h < n_heads; ++h) {
-    float* x = v + static_cast<int64_t>(h) * head_dim;
+    T* x = v + static_cast<int64_t>(h) * head_dim;
     for (int32_t i = 0; i < head_dim / 2; ++i) {
-      const float c = cos_row[i], s = sin_row[i];
-      const float v0 = x[2 * i], v1 = x[2 * i + 1];
+      const T c = cos_row[i], s = sin_row[i];
+      const T v0 = x[2 * i], v1 = x[2 * i + 1];
       x[2 * i] = v0 * c - v1 * s;
       x[2 * i + 1] = v0 * s + v1 * c;
     }
   }
 }
 
-void rope_tables(int32_t length, int32_t head_dim, float theta, float* cos_out, float* sin_out) {
+template <typename T>
+void rope_backward(T* dv, int32_t n_heads, int32_t head_dim, const T* cos_row, const T* sin_row) {
+  for (int32_t h = 0; h < n_heads; ++h) {
+    T* x = dv + static_cast<int64_t>(h) * head_dim;
+    for (int32_t i = 0; i < head_dim / 2; ++i) {
+      const T c = cos_row[i], s = sin_row[i];
+      const T d0 = x[2 * i], d1 = x[2 * i + 1];
+      x[2 * i] = d0 * c + d1 * s;
+      x[2 * i + 1] = d1 * c - d0 * s;
+    }
+  }
+}
+
+template <typename T>
+void rope_tables(int32_t length, int32_t head_dim, float theta, T* cos_out, T* sin_out) {
   const int32_t half = head_dim / 2;
   const double log_theta = host_log(static_cast<double>(theta));
   for (int32_t i = 0; i < half; ++i) {
@@ -25,10 +40,17 @@ void rope_tables(int32_t length, int32_t head_dim, float theta, float* cos_out, 
     for (int32_t pos = 0; pos < length; ++pos) {
       double s, c;
       host_sincos(static_cast<double>(pos) * freq, &s, &c);
-      cos_out[static_cast<int64_t>(pos) * half + i] = static_cast<float>(c);
-      sin_out[static_cast<int64_t>(pos) * half + i] = static_cast<float>(s);
+      cos_out[static_cast<int64_t>(pos) * half + i] = static_cast<T>(c);
+      sin_out[static_cast<int64_t>(pos) * half + i] = static_cast<T>(s);
     }
   }
 }
+
+template void rope<float>(float*, int32_t, int32_t, const float*, const float*);
+template void rope<double>(double*, int32_t, int32_t, const double*, const double*);
+template void rope_backward<float>(float*, int32_t, int32_t, const float*, const float*);
+template void rope_backward<double>(double*, int32_t, int32_t, const double*, const double*);
+template void rope_tables<float>(int32_t, int32_t, float, float*, float*);
+template void rope_tables<double>(int32_t, int32_t, float, double*, double*);
 
 }  // namespace lockstep::ref

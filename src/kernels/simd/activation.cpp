@@ -85,8 +85,28 @@ void LogArray(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   for (; i < n; ++i) y[i] = ref::log_f32(x[i]);
 }
 
+void SwiGluBackward(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up, const float* HWY_RESTRICT dh,
+                    float* HWY_RESTRICT dgate, float* HWY_RESTRICT dup, int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto g = hn::LoadU(d, gate + i);
+    const auto dhv = hn::LoadU(d, dh + i);
+    const auto denom = hn::Add(one, Exp(d, hn::Neg(g)));
+    const auto s = hn::Div(one, denom);
+    const auto silu = hn::Div(g, denom);
+    hn::StoreU(hn::Mul(dhv, silu), d, dup + i);
+    const auto dsilu = hn::Mul(s, hn::Add(one, hn::Mul(g, hn::Sub(one, s))));
+    hn::StoreU(hn::Mul(hn::Mul(dhv, hn::LoadU(d, up + i)), dsilu), d, dgate + i);
+  }
+  if (i < n) ref::swiglu_backward<float>(gate + i, up + i, dh + i, dgate + i, dup + i, n - i);
+}
+
 void FillActivation(Kernels& k) {
   k.swiglu = &SwiGlu;
+  k.swiglu_backward = &SwiGluBackward;
   k.add = &Add;
   k.round_bf16 = &RoundBf16;
   k.exp = &ExpArray;
@@ -96,7 +116,8 @@ void FillActivation(Kernels& k) {
 #else
 
 void FillActivation(Kernels& k) {
-  k.swiglu = &ref::swiglu;
+  k.swiglu = &ref::swiglu<float>;
+  k.swiglu_backward = &ref::swiglu_backward<float>;
   k.add = &AddScalar;
   k.round_bf16 = &RoundBf16Scalar;
   k.exp = &ExpScalar;

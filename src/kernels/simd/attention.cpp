@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "kernels/ref/math.hpp"
+#include "kernels/ref/ops.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/math-inl.hpp"
 
@@ -98,7 +99,168 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   }
 }
 
-void FillAttention(Kernels& k) { k.attention = &Attention; }
+// dst[j0 .. j0 + U N) = chain over d of row[d] * t[d, j] (t transposed, row stride ldt): the
+// dot products of one vector with U N columns at once, lanes along j.
+template <int U>
+HWY_INLINE void Dots(const float* HWY_RESTRICT row, const float* HWY_RESTRICT t, int64_t ldt, int64_t j0,
+                     int32_t head_dim, float* HWY_RESTRICT dst) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[U];
+  for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
+  for (int32_t dd = 0; dd < head_dim; ++dd) {
+    const auto rd = hn::Set(d, row[dd]);
+    const float* tr = t + static_cast<int64_t>(dd) * ldt + j0;
+    for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(rd, hn::LoadU(d, tr + u * N), acc[u]);
+  }
+  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, dst + j0 + u * N);
+}
+
+// dst[j] for j in [0, n) as Dots, with scalar chains for the tail.
+HWY_INLINE void AllDots(const float* row, const float* t, int64_t ldt, int64_t n, int32_t head_dim, float* dst) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = 0;
+  for (; j + 4 * N <= n; j += 4 * N) Dots<4>(row, t, ldt, j, head_dim, dst);
+  for (; j + N <= n; j += N) Dots<1>(row, t, ldt, j, head_dim, dst);
+  for (; j < n; ++j) {
+    float acc = 0.0f;
+    for (int32_t dd = 0; dd < head_dim; ++dd) acc = ref::fma_f32(row[dd], t[static_cast<int64_t>(dd) * ldt + j], acc);
+    dst[j] = acc;
+  }
+}
+
+// out[d] = chain over j in [0, n) of w[j] * rows_j[d] (rows with stride ld), lanes along d.
+template <int U>
+HWY_INLINE void Combine(const float* HWY_RESTRICT w, const float* HWY_RESTRICT rows, int64_t ld, int64_t n,
+                        int32_t d0, float* HWY_RESTRICT out) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[U];
+  for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
+  for (int64_t j = 0; j < n; ++j) {
+    const auto wj = hn::Set(d, w[j]);
+    const float* row = rows + j * ld + d0;
+    for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(wj, hn::LoadU(d, row + u * N), acc[u]);
+  }
+  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, out + d0 + u * N);
+}
+
+void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT k,
+                       const float* HWY_RESTRICT kt, const float* HWY_RESTRICT v, const float* HWY_RESTRICT vt,
+                       int64_t kv_stride, int64_t ldt, const float* HWY_RESTRICT dout, int64_t dout_stride,
+                       float* HWY_RESTRICT dq, float* HWY_RESTRICT dk, float* HWY_RESTRICT dv, int64_t dkv_stride,
+                       int64_t T, int32_t group, int32_t head_dim, float scale, float* HWY_RESTRICT scratch) {
+  (void)v;
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  float* P = scratch;
+  float* DS = scratch + static_cast<int64_t>(group) * T * T;
+  const auto scale_v = hn::Set(d, scale);
+  for (int32_t h = 0; h < group; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* qt = q + t * q_stride + static_cast<int64_t>(h) * head_dim;
+      const float* dot_ = dout + t * dout_stride + static_cast<int64_t>(h) * head_dim;
+      float* pt = P + (static_cast<int64_t>(h) * T + t) * T;
+      float* dst = DS + (static_cast<int64_t>(h) * T + t) * T;
+      const int64_t n = t + 1;
+      // p_tj = exp(s_tj - m) / l, s_tj = dot(q, k_j) * scale: the forward's arithmetic.
+      AllDots(qt, kt, ldt, n, head_dim, pt);
+      int64_t j = 0;
+      auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+      for (; j + N <= n; j += N) {
+        const auto sj = hn::Mul(hn::LoadU(d, pt + j), scale_v);
+        hn::StoreU(sj, d, pt + j);
+        mv = MaxSkipNaN(mv, sj);
+      }
+      float m = -std::numeric_limits<float>::infinity();
+      for (; j < n; ++j) {
+        pt[j] = pt[j] * scale;
+        m = ref::max_skip_nan(m, pt[j]);
+      }
+      m = ReduceMaxSkipNaN(d, mv, m);
+      const auto m_v = hn::Set(d, m);
+      for (j = 0; j + N <= n; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, pt + j), m_v)), d, pt + j);
+      for (; j < n; ++j) pt[j] = ref::exp_f32(pt[j] - m);
+      float l = 0.0f;
+      for (j = 0; j < n; ++j) l = l + pt[j];
+      const auto l_v = hn::Set(d, l);
+      for (j = 0; j + N <= n; j += N) hn::StoreU(hn::Div(hn::LoadU(d, pt + j), l_v), d, pt + j);
+      for (; j < n; ++j) pt[j] = pt[j] / l;
+      // dp_tj = dout_t . v_j; D = chain of p_tj dp_tj; ds_tj = (p_tj (dp_tj - D)) scale.
+      AllDots(dot_, vt, ldt, n, head_dim, dst);
+      float D = 0.0f;
+      for (j = 0; j < n; ++j) D = ref::fma_f32(pt[j], dst[j], D);
+      const auto D_v = hn::Set(d, D);
+      for (j = 0; j + N <= n; j += N)
+        hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, pt + j), hn::Sub(hn::LoadU(d, dst + j), D_v)), scale_v), d, dst + j);
+      for (; j < n; ++j) dst[j] = (pt[j] * (dst[j] - D)) * scale;
+      // dq_t = chain over j of ds_tj k_j.
+      float* dqt = dq + t * q_stride + static_cast<int64_t>(h) * head_dim;
+      int32_t d0 = 0;
+      for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N)) Combine<4>(dst, k, kv_stride, n, d0, dqt);
+      for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N)) Combine<1>(dst, k, kv_stride, n, d0, dqt);
+      for (; d0 < head_dim; ++d0) {
+        float acc = 0.0f;
+        for (j = 0; j < n; ++j) acc = ref::fma_f32(dst[j], k[j * kv_stride + d0], acc);
+        dqt[d0] = acc;
+      }
+    }
+  }
+  // dk_j, dv_j: chains over the group's heads, then t = j..T-1; lanes along d.
+  for (int64_t j = 0; j < T; ++j) {
+    int32_t d0 = 0;
+    for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N)) {
+      auto k0 = hn::Zero(d), k1 = hn::Zero(d), v0 = hn::Zero(d), v1 = hn::Zero(d);
+      for (int32_t h = 0; h < group; ++h) {
+        const int64_t off = static_cast<int64_t>(h) * head_dim + d0;
+        for (int64_t t = j; t < T; ++t) {
+          const int64_t at = (static_cast<int64_t>(h) * T + t) * T + j;
+          const auto dsv = hn::Set(d, DS[at]);
+          const auto pv = hn::Set(d, P[at]);
+          k0 = hn::MulAdd(dsv, hn::LoadU(d, q + t * q_stride + off), k0);
+          k1 = hn::MulAdd(dsv, hn::LoadU(d, q + t * q_stride + off + N), k1);
+          v0 = hn::MulAdd(pv, hn::LoadU(d, dout + t * dout_stride + off), v0);
+          v1 = hn::MulAdd(pv, hn::LoadU(d, dout + t * dout_stride + off + N), v1);
+        }
+      }
+      hn::StoreU(k0, d, dk + j * dkv_stride + d0);
+      hn::StoreU(k1, d, dk + j * dkv_stride + d0 + N);
+      hn::StoreU(v0, d, dv + j * dkv_stride + d0);
+      hn::StoreU(v1, d, dv + j * dkv_stride + d0 + N);
+    }
+    for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N)) {
+      auto k0 = hn::Zero(d), v0 = hn::Zero(d);
+      for (int32_t h = 0; h < group; ++h) {
+        const int64_t off = static_cast<int64_t>(h) * head_dim + d0;
+        for (int64_t t = j; t < T; ++t) {
+          const int64_t at = (static_cast<int64_t>(h) * T + t) * T + j;
+          k0 = hn::MulAdd(hn::Set(d, DS[at]), hn::LoadU(d, q + t * q_stride + off), k0);
+          v0 = hn::MulAdd(hn::Set(d, P[at]), hn::LoadU(d, dout + t * dout_stride + off), v0);
+        }
+      }
+      hn::StoreU(k0, d, dk + j * dkv_stride + d0);
+      hn::StoreU(v0, d, dv + j * dkv_stride + d0);
+    }
+    for (; d0 < head_dim; ++d0) {
+      float acc_k = 0.0f, acc_v = 0.0f;
+      for (int32_t h = 0; h < group; ++h) {
+        for (int64_t t = j; t < T; ++t) {
+          const int64_t at = (static_cast<int64_t>(h) * T + t) * T + j;
+          acc_k = ref::fma_f32(DS[at], q[t * q_stride + static_cast<int64_t>(h) * head_dim + d0], acc_k);
+          acc_v = ref::fma_f32(P[at], dout[t * dout_stride + static_cast<int64_t>(h) * head_dim + d0], acc_v);
+        }
+      }
+      dk[j * dkv_stride + d0] = acc_k;
+      dv[j * dkv_stride + d0] = acc_v;
+    }
+  }
+}
+
+void FillAttention(Kernels& k) {
+  k.attention = &Attention;
+  k.attention_backward = &AttentionBackward;
+}
 
 #else
 
@@ -122,7 +284,21 @@ void Attention(const float* q, const float* kt, int64_t ldk, const float* v, int
   for (int32_t dd = 0; dd < head_dim; ++dd) out[dd] = out[dd] / l;
 }
 
-void FillAttention(Kernels& k) { k.attention = &Attention; }
+void AttentionBackward(const float* q, int64_t q_stride, const float* k, const float* kt, const float* v,
+                       const float* vt, int64_t kv_stride, int64_t ldt, const float* dout, int64_t dout_stride,
+                       float* dq, float* dk, float* dv, int64_t dkv_stride, int64_t T, int32_t group,
+                       int32_t head_dim, float scale, float* scratch) {
+  (void)kt;
+  (void)vt;
+  (void)ldt;
+  ref::attention_backward<float>(q, q_stride, k, v, kv_stride, dout, dout_stride, dq, dk, dv, dkv_stride, T, group,
+                                 head_dim, scale, scratch);
+}
+
+void FillAttention(Kernels& k) {
+  k.attention = &Attention;
+  k.attention_backward = &AttentionBackward;
+}
 
 #endif
 

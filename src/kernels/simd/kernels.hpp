@@ -64,15 +64,54 @@ struct Kernels {
   // y[i] = ref::exp_f32(x[i]) and ref::log_f32(x[i]); exposed for the exactness tests.
   void (*exp)(const float* x, float* y, int64_t n) = nullptr;
   void (*log)(const float* x, float* y, int64_t n) = nullptr;
+
+  // ---- training (the twins of the backward kernels in kernels/ref/ops.hpp) ----
+
+  // ref::rmsnorm_backward's per-row part: dx [n] for one row.
+  void (*rmsnorm_backward_row)(const float* x, const float* w, const float* dy, float* dx, int64_t n,
+                               float eps) = nullptr;
+  // ref::rmsnorm_backward's dw for columns [i0, i1): dw[i] = fma chain over the R rows of
+  // dy[r, i] * xhat[r, i], with xhat[r, i] = x[r, i] * inv_rms[r] (inv_rms from the forward).
+  void (*rmsnorm_backward_weight)(const float* x, const float* inv_rms, const float* dy, float* dw,
+                                  int64_t R, int64_t n, int64_t i0, int64_t i1) = nullptr;
+  // 1 / sqrt(mean(x^2) + eps) of one row, as ref::rmsnorm computes it.
+  float (*inverse_rms)(const float* x, int64_t n, float eps) = nullptr;
+  // ref::rope_backward.
+  void (*rope_backward)(float* dv, int32_t n_heads, int32_t head_dim, const float* cos_row,
+                        const float* sin_row) = nullptr;
+  // ref::swiglu_backward.
+  void (*swiglu_backward)(const float* gate, const float* up, const float* dh, float* dgate,
+                          float* dup, int64_t n) = nullptr;
+  // ref::cross_entropy_backward; also returns the position's loss (ref::cross_entropy).
+  float (*cross_entropy_backward)(const float* logits, int32_t vocab, int32_t target, float count,
+                                  float* dz) = nullptr;
+  // ref::attention_backward for one sequence and one key/value head, with keys and values also
+  // given transposed (kt, vt [head_dim, ldt]) for the lanes along j. scratch holds
+  // 2 * group * T * T floats.
+  void (*attention_backward)(const float* q, int64_t q_stride, const float* k, const float* kt,
+                             const float* v, const float* vt, int64_t kv_stride, int64_t ldt,
+                             const float* dout, int64_t dout_stride, float* dq, float* dk, float* dv,
+                             int64_t dkv_stride, int64_t T, int32_t group, int32_t head_dim, float scale,
+                             float* scratch) = nullptr;
 };
 
 // Packs w [K, N] (row stride ldw) for `kernels`' matmul.
 PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw);
 // Packs the column-wise concatenation [w0 | w1 | ...] of matrices that share K.
 struct MatrixPart {
-  const float* w;
+  const float* w;  // [K, N] row-major
   int64_t N;
 };
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K);
+
+// Storage for a packed [K, N] matrix (columns past N zeroed), to be filled by the functions below;
+// the training step repacks into it every step.
+PackedMatrix allocate_packed(const Kernels& kernels, int64_t K, int64_t N);
+// Fills panels [p0, p1) of `out` ([K, sum N_i]) from the concatenation of parts, each value
+// rounded to bf16 when asked.
+void pack_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16);
+// Fills panels [p0, p1) of `out` ([sum N_i, K]) with the transpose of the concatenation of parts
+// ([K, N_i] each), rounded to bf16 when asked: the layout of W^T for dx = dy @ W^T.
+void pack_transposed_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16);
 
 }  // namespace lockstep::simd

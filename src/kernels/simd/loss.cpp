@@ -44,11 +44,48 @@ float CrossEntropy(const float* HWY_RESTRICT z, int32_t vocab, int32_t target) {
   return ref::log_f32(sum) - shifted;
 }
 
-void FillLoss(Kernels& k) { k.cross_entropy = &CrossEntropy; }
+// dz_j = (exp(z_j - m) / sum - [j == target]) / count, with m and sum as CrossEntropy; returns
+// the position's loss.
+float CrossEntropyBackward(const float* HWY_RESTRICT z, int32_t vocab, int32_t target, float count,
+                           float* HWY_RESTRICT dz) {
+  const hn::ScalableTag<float> d;
+  const int32_t N = static_cast<int32_t>(hn::Lanes(d));
+  auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+  int32_t j = 0;
+  for (; j + N <= vocab; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, z + j));
+  float m = -std::numeric_limits<float>::infinity();
+  for (; j < vocab; ++j) m = ref::max_skip_nan(m, z[j]);
+  m = ReduceMaxSkipNaN(d, mv, m);
+  const auto m_v = hn::Set(d, m);
+  // e_j into dz, then the sum in increasing j.
+  for (j = 0; j + N <= vocab; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, z + j), m_v)), d, dz + j);
+  for (; j < vocab; ++j) dz[j] = ref::exp_f32(z[j] - m);
+  float sum = 0.0f;
+  for (j = 0; j < vocab; ++j) sum = sum + dz[j];
+  const float p_target = dz[target] / sum;
+  const auto sum_v = hn::Set(d, sum), count_v = hn::Set(d, count);
+  for (j = 0; j + N <= vocab; j += N) hn::StoreU(hn::Div(hn::Div(hn::LoadU(d, dz + j), sum_v), count_v), d, dz + j);
+  for (; j < vocab; ++j) dz[j] = (dz[j] / sum) / count;
+  dz[target] = (p_target - 1.0f) / count;
+  return ref::log_f32(sum) - (z[target] - m);
+}
+
+void FillLoss(Kernels& k) {
+  k.cross_entropy = &CrossEntropy;
+  k.cross_entropy_backward = &CrossEntropyBackward;
+}
 
 #else
 
-void FillLoss(Kernels& k) { k.cross_entropy = &ref::cross_entropy; }
+float CrossEntropyBackward(const float* z, int32_t vocab, int32_t target, float count, float* dz) {
+  ref::cross_entropy_backward<float>(z, vocab, target, count, dz);
+  return ref::cross_entropy<float>(z, vocab, target);
+}
+
+void FillLoss(Kernels& k) {
+  k.cross_entropy = &ref::cross_entropy<float>;
+  k.cross_entropy_backward = &CrossEntropyBackward;
+}
 
 #endif
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/ref/math.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/packed_weights.hpp"
@@ -27,6 +28,56 @@ PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_
     }
   }
   return out;
+}
+
+PackedMatrix allocate_packed(const Kernels& kernels, int64_t K, int64_t N) {
+  PackedMatrix out;
+  out.K = K;
+  out.N = N;
+  out.panel = kernels.panel_width;
+  out.panels = (N + out.panel - 1) / out.panel;
+  const size_t total = static_cast<size_t>(out.panels * K * out.panel);
+  out.data = aligned_floats(total);
+  std::fill_n(out.data.get(), total, 0.0f);
+  return out;
+}
+
+namespace {
+
+float maybe_round(float v, bool bf16) { return bf16 ? ref::round_bf16(v) : v; }
+
+}  // namespace
+
+void pack_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16) {
+  const int64_t NR = out.panel, K = out.K;
+  const int64_t c0 = p0 * NR, c1 = std::min(out.N, p1 * NR);
+  int64_t part_begin = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    const int64_t N = parts[i].N;
+    const int64_t lo = std::max(c0, part_begin), hi = std::min(c1, part_begin + N);
+    for (int64_t k = 0; k < K && lo < hi; ++k) {
+      const float* src = parts[i].w + k * N - part_begin;
+      for (int64_t col = lo; col < hi; ++col)
+        out.data[static_cast<size_t>((col / NR) * K * NR + k * NR + col % NR)] = maybe_round(src[col], bf16);
+    }
+    part_begin += N;
+  }
+}
+
+void pack_transposed_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16) {
+  // out is [Ksum, Kw] with Ksum = sum N_i the reduction and Kw (the parts' K) the columns.
+  const int64_t NR = out.panel, Ksum = out.K;
+  const int64_t c0 = p0 * NR, c1 = std::min(out.N, p1 * NR);
+  int64_t row_begin = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    const int64_t N = parts[i].N;
+    for (int64_t col = c0; col < c1; ++col) {  // a row of the part: w[col][0..N)
+      const float* src = parts[i].w + col * N;
+      float* dst = out.data.get() + (col / NR) * Ksum * NR + col % NR;
+      for (int64_t j = 0; j < N; ++j) dst[(row_begin + j) * NR] = maybe_round(src[j], bf16);
+    }
+    row_begin += N;
+  }
 }
 
 PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw) {

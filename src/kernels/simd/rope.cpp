@@ -18,8 +18,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA
 
-void Rope(float* HWY_RESTRICT v, int32_t n_heads, int32_t head_dim, const float* HWY_RESTRICT cos_row,
-          const float* HWY_RESTRICT sin_row) {
+// sign = -1: the forward rotation (even lanes take -s); sign = +1: its transpose, the backward.
+template <int kSign>
+void Rotate(float* HWY_RESTRICT v, int32_t n_heads, int32_t head_dim, const float* HWY_RESTRICT cos_row,
+            const float* HWY_RESTRICT sin_row) {
   const hn::ScalableTag<float> d;
   const int32_t N = static_cast<int32_t>(hn::Lanes(d));
   const int32_t vec_end = head_dim - head_dim % N;  // N is even: vectors hold whole pairs
@@ -30,7 +32,7 @@ void Rope(float* HWY_RESTRICT v, int32_t n_heads, int32_t head_dim, const float*
     const int32_t end = std::min(vec_end, base + 2 * kChunk);
     for (int32_t e = base; e < end; ++e) {
       cd[e - base] = cos_row[e / 2];
-      sd[e - base] = (e % 2 == 0) ? -sin_row[e / 2] : sin_row[e / 2];
+      sd[e - base] = ((e % 2 == 0) == (kSign < 0)) ? -sin_row[e / 2] : sin_row[e / 2];
     }
     for (int32_t h = 0; h < n_heads; ++h) {
       float* x = v + static_cast<int64_t>(h) * head_dim;
@@ -48,17 +50,28 @@ void Rope(float* HWY_RESTRICT v, int32_t n_heads, int32_t head_dim, const float*
     for (int32_t i = vec_end / 2; i < head_dim / 2; ++i) {
       const float c = cos_row[i], s = sin_row[i];
       const float v0 = x[2 * i], v1 = x[2 * i + 1];
-      x[2 * i] = v0 * c - v1 * s;
-      x[2 * i + 1] = v0 * s + v1 * c;
+      if (kSign < 0) {
+        x[2 * i] = v0 * c - v1 * s;
+        x[2 * i + 1] = v0 * s + v1 * c;
+      } else {
+        x[2 * i] = v0 * c + v1 * s;
+        x[2 * i + 1] = v1 * c - v0 * s;
+      }
     }
   }
 }
 
-void FillRope(Kernels& k) { k.rope = &Rope; }
+void FillRope(Kernels& k) {
+  k.rope = &Rotate<-1>;
+  k.rope_backward = &Rotate<1>;
+}
 
 #else
 
-void FillRope(Kernels& k) { k.rope = &ref::rope; }
+void FillRope(Kernels& k) {
+  k.rope = &ref::rope<float>;
+  k.rope_backward = &ref::rope_backward<float>;
+}
 
 #endif
 

@@ -1,0 +1,115 @@
+// Google Benchmark binary: the FMA peak, the matmul kernel, and full-window forward passes of the
+// issue's two shapes on the reference and the fast path. bench/run.sh turns these into ratios.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "core/thread_pool.hpp"
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::bench {
+double fma_chains(int64_t iterations, float* sink);
+}
+
+namespace lockstep {
+namespace {
+
+ModelConfig shape_config(int which) {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.length = 256;
+  if (which == 0) {  // s256
+    c.d_model = 256;
+    c.n_layers = 6;
+    c.n_heads = 8;
+    c.d_ff = 768;
+  } else {  // l768
+    c.d_model = 768;
+    c.n_layers = 12;
+    c.n_heads = 12;
+    c.d_ff = 2048;
+  }
+  c.n_kv_heads = c.n_heads;
+  return c;
+}
+
+const char* shape_name(int which) { return which == 0 ? "s256" : "l768"; }
+
+std::vector<float> random_vector(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(random_normal(seed, 0, static_cast<uint64_t>(i)));
+  return v;
+}
+
+// FMA peak on `threads` threads at once (each thread its own chains).
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  ThreadPool pool(threads);
+  const int64_t iterations = 2'000'000;
+  double flops = 0;
+  std::vector<float> sink(static_cast<size_t>(threads));
+  std::vector<double> done(static_cast<size_t>(threads));
+  for (auto _ : state) {
+    pool.run(threads, [&](int w, int) {
+      done[static_cast<size_t>(w)] = bench::fma_chains(iterations, &sink[static_cast<size_t>(w)]);
+    });
+    benchmark::DoNotOptimize(sink.data());
+    for (double f : done) flops += f;
+  }
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The matmul kernel alone: [M, K] @ [K, N] on one thread.
+void BM_Matmul(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const simd::Kernels& k = simd::best_kernels();
+  const auto a = random_vector(M * K, 1), w = random_vector(K * N, 2);
+  const simd::PackedMatrix packed = simd::pack_matrix(k, w.data(), K, N, N);
+  std::vector<float> c(static_cast<size_t>(M * N));
+  for (auto _ : state) {
+    k.matmul(a.data(), K, M, packed, 0, packed.panels, c.data(), N);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["flops"] = benchmark::Counter(2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Matmul)->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256, 256, 768})->Args({1, 768, 2304})
+    ->Unit(benchmark::kMillisecond);
+
+// A full-window forward (one row of 256 tokens) of a shape: args {shape, threads}; threads 0 is
+// the reference device.
+void BM_Forward(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const ModelConfig c = shape_config(which);
+  ModelOptions options;
+  options.threads = threads > 0 ? threads : 1;
+  const auto model = Model::from_parameters(c, init_parameters(c, 1), options);
+  std::vector<int32_t> ids(static_cast<size_t>(c.length));
+  for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
+  const CallOptions call{threads > 0 ? Device::cpu : Device::reference, threads > 0 ? threads : 1};
+  RowRequest r;
+  r.ids = ids;
+  r.out_begin = 0;
+  r.out_end = c.length;
+  std::vector<float> logits(static_cast<size_t>(c.length) * c.vocab_size);
+  r.logits = logits.data();
+  for (auto _ : state) {
+    model->forward({&r, 1}, call);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetLabel(shape_name(which));
+  state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Forward)->Args({0, 0})->Args({0, 1})->Args({0, 2})->Args({1, 0})->Args({1, 1})->Args({1, 2})
+    ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+}  // namespace lockstep
+
+BENCHMARK_MAIN();

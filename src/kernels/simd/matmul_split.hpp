@@ -1,0 +1,42 @@
+// How the workers of a parallel region share one matmul: every output goes to exactly one worker,
+// which runs its whole chain, so the split never changes a bit.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/thread_pool.hpp"
+#include "kernels/simd/kernels.hpp"
+
+namespace lockstep::simd {
+
+struct MatmulShare {
+  int64_t row_begin, row_end, panel_begin, panel_end;
+};
+
+// Splits the panels when that balances at least as well as splitting the rows (in whole row
+// blocks), else the rows.
+inline MatmulShare matmul_share(int64_t M, const PackedMatrix& b, int row_block, int w, int n) {
+  const int64_t blocks = (M + row_block - 1) / row_block;
+  auto imbalance = [n](int64_t items) {
+    const int64_t most = (items + n - 1) / n;
+    return static_cast<double>(most * n) / static_cast<double>(std::max<int64_t>(items, 1));
+  };
+  if (n == 1 || imbalance(b.panels) <= imbalance(blocks)) {
+    const auto [p0, p1] = static_range(b.panels, w, n);
+    return {0, M, p0, p1};
+  }
+  const auto [b0, b1] = static_range(blocks, w, n);
+  return {b0 * row_block, std::min(M, b1 * row_block), 0, b.panels};
+}
+
+// Worker w of n's share of c [M, N] = a [M, K] @ b.
+inline void matmul_part(const Kernels& k, const float* a, int64_t lda, int64_t M, const PackedMatrix& b,
+                        float* c, int64_t ldc, int w, int n) {
+  const MatmulShare s = matmul_share(M, b, k.row_block, w, n);
+  if (s.row_begin < s.row_end && s.panel_begin < s.panel_end)
+    k.matmul(a + s.row_begin * lda, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
+             c + s.row_begin * ldc, ldc);
+}
+
+}  // namespace lockstep::simd

@@ -1,0 +1,400 @@
+#include "train/fast_step.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/ref/math.hpp"
+#include "kernels/ref/ops.hpp"
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/matmul_split.hpp"
+
+namespace lockstep::train {
+namespace {
+
+using simd::AlignedFloats;
+using simd::MatrixPart;
+using simd::PackedMatrix;
+using simd::aligned_floats;
+using simd::matmul_part;
+
+constexpr int32_t kIgnore = -100;
+
+const simd::Kernels& choose(const std::string& name) {
+  if (name.empty()) return simd::best_kernels();
+  for (const simd::Kernels* k : simd::supported_kernels())
+    if (name == k->name) return *k;
+  throw Error(ErrorKind::unsupported, "SIMD target '" + name + "' is not available here");
+}
+
+// A packed matrix whose storage fits the largest [K, N] it will hold, reshaped per use.
+void reshape(PackedMatrix& m, int64_t K, int64_t N) {
+  m.K = K;
+  m.N = N;
+  m.panels = (N + m.panel - 1) / m.panel;
+}
+
+}  // namespace
+
+struct FastStep::Workspace {
+  struct Layer {
+    PackedMatrix qkv, wo, gu, down;          // forward: W
+    PackedMatrix qkv_t, wo_t, gu_t, down_t;  // backward: W^T
+  };
+  struct Cache {
+    AlignedFloats x_in, xn1, inv1, qkv, kt, vt, att, x_mid, xn2, inv2, gu, h;
+  };
+  int64_t rows = 0;
+  std::vector<Layer> layers;
+  PackedMatrix head, head_t;
+  std::vector<Cache> cache;
+  AlignedFloats x, xnf, invf, logits, losses;
+  AlignedFloats dx, dbranch, dxn, dwide, dh, xt, dy_round, wtemp, scores, attn_scratch;
+  PackedMatrix dy_packed;
+  int threads = 0;
+};
+
+FastStep::FastStep(const ModelConfig& config, Precision precision, const std::string& simd_target)
+    : config_(config), registry_(config), bf16_(precision == Precision::bf16), kernels_(&choose(simd_target)),
+      ws_(std::make_unique<Workspace>()) {}
+
+FastStep::~FastStep() = default;
+
+float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
+                                  std::span<const float> params, const int32_t* ids, int64_t rows, float* grad) {
+  const ModelConfig& c = config_;
+  const ParameterRegistry& reg = registry_;
+  const simd::Kernels& k = *kernels_;
+  Workspace& ws = *ws_;
+  const int64_t L = c.length, R = rows * L, d = c.d_model, hd = c.head_dim(), qd = c.q_dim(), kv = c.kv_dim();
+  const int64_t ff = c.d_ff, V = c.vocab_size, half = hd / 2, qkv_ld = qd + 2 * kv;
+  const int32_t group = c.n_heads / c.n_kv_heads;
+  const float eps = c.norm_eps;
+  const float scale = ref::attention_scale<float>(static_cast<int32_t>(hd));
+  const int64_t wide = std::max({2 * ff, qkv_ld, V, d});
+  const int nt = std::max(1, threads);
+  const bool bf16 = bf16_;
+  auto sz = [](int64_t n) { return static_cast<size_t>(n); };
+
+  // ---- workspace (allocated once per batch shape; nothing in the parallel region allocates) ----
+  if (ws.rows != rows || ws.threads < nt) {
+    ws.rows = rows;
+    ws.threads = nt;
+    ws.layers.clear();
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      Workspace::Layer pl;
+      pl.qkv = simd::allocate_packed(k, d, qkv_ld);
+      pl.wo = simd::allocate_packed(k, qd, d);
+      pl.gu = simd::allocate_packed(k, d, 2 * ff);
+      pl.down = simd::allocate_packed(k, ff, d);
+      pl.qkv_t = simd::allocate_packed(k, qkv_ld, d);
+      pl.wo_t = simd::allocate_packed(k, d, qd);
+      pl.gu_t = simd::allocate_packed(k, 2 * ff, d);
+      pl.down_t = simd::allocate_packed(k, d, ff);
+      ws.layers.push_back(std::move(pl));
+    }
+    ws.head = simd::allocate_packed(k, d, V);
+    ws.head_t = simd::allocate_packed(k, V, d);
+    ws.cache.clear();
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      Workspace::Cache a;
+      a.x_in = aligned_floats(sz(R * d));
+      a.xn1 = aligned_floats(sz(R * d));
+      a.inv1 = aligned_floats(sz(R));
+      a.qkv = aligned_floats(sz(R * qkv_ld));
+      a.kt = aligned_floats(sz(R * kv));
+      a.vt = aligned_floats(sz(R * kv));
+      a.att = aligned_floats(sz(R * qd));
+      a.x_mid = aligned_floats(sz(R * d));
+      a.xn2 = aligned_floats(sz(R * d));
+      a.inv2 = aligned_floats(sz(R));
+      a.gu = aligned_floats(sz(R * 2 * ff));
+      a.h = aligned_floats(sz(R * ff));
+      ws.cache.push_back(std::move(a));
+    }
+    ws.x = aligned_floats(sz(R * d));
+    ws.xnf = aligned_floats(sz(R * d));
+    ws.invf = aligned_floats(sz(R));
+    ws.logits = aligned_floats(sz(R * V));
+    ws.losses = aligned_floats(sz(R));
+    ws.dx = aligned_floats(sz(R * d));
+    ws.dbranch = aligned_floats(sz(R * d));
+    ws.dxn = aligned_floats(sz(R * d));
+    ws.dwide = aligned_floats(sz(R * wide));
+    ws.dh = aligned_floats(sz(R * std::max(ff, qd)));
+    ws.xt = aligned_floats(sz(R * std::max({d, ff, qd})));
+    ws.dy_round = aligned_floats(sz(R * wide));
+    ws.wtemp = aligned_floats(sz(d * wide));
+    ws.scores = aligned_floats(sz(nt * L));
+    ws.attn_scratch = aligned_floats(sz(nt * 2 * group * L * L));
+    ws.dy_packed = simd::allocate_packed(k, R, wide);
+  }
+
+  // Targets and their count, before the parallel region.
+  std::vector<int32_t> inputs(sz(R)), targets(sz(R));
+  int64_t count = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    inputs[sz(r)] = ids[(r / L) * (L + 1) + r % L];
+    targets[sz(r)] = ids[(r / L) * (L + 1) + r % L + 1];
+    count += targets[sz(r)] != kIgnore;
+  }
+  const float countf = static_cast<float>(count);
+  const float* p = params.data();
+  Barrier barrier(nt);
+
+  pool.run(nt, [&](int w, int n) {
+    const auto [r0, r1] = static_range(R, w, n);  // this worker's tokens
+
+    // ---- pack the weights: W for the forward, W^T for the backward ----
+    {
+      auto pack = [&](const MatrixPart* parts, int n_parts, PackedMatrix& out) {
+        const auto [p0, p1] = static_range(out.panels, w, n);
+        simd::pack_panels(parts, n_parts, out, p0, p1, bf16);
+      };
+      auto pack_t = [&](const MatrixPart* parts, int n_parts, PackedMatrix& out) {
+        const auto [p0, p1] = static_range(out.panels, w, n);
+        simd::pack_transposed_panels(parts, n_parts, out, p0, p1, bf16);
+      };
+      for (int32_t l = 0; l < c.n_layers; ++l) {
+        const auto& lw = reg.layer(l);
+        Workspace::Layer& pl = ws.layers[sz(l)];
+        const MatrixPart qkv[] = {{p + lw.wq, qd}, {p + lw.wk, kv}, {p + lw.wv, kv}};
+        const MatrixPart wo[] = {{p + lw.wo, d}};
+        const MatrixPart gu[] = {{p + lw.w_gate, ff}, {p + lw.w_up, ff}};
+        const MatrixPart down[] = {{p + lw.w_down, d}};
+        pack(qkv, 3, pl.qkv);
+        pack(wo, 1, pl.wo);
+        pack(gu, 2, pl.gu);
+        pack(down, 1, pl.down);
+        if (grad) {
+          pack_t(qkv, 3, pl.qkv_t);
+          pack_t(wo, 1, pl.wo_t);
+          pack_t(gu, 2, pl.gu_t);
+          pack_t(down, 1, pl.down_t);
+        }
+      }
+      const MatrixPart head[] = {{p + reg.head(), V}};
+      pack(head, 1, ws.head);
+      if (grad) pack_t(head, 1, ws.head_t);
+    }
+    // x[r] = embed[ids[r]]
+    float* x = ws.x.get();
+    for (int64_t r = r0; r < r1; ++r) std::copy_n(p + reg.embed() + static_cast<int64_t>(inputs[sz(r)]) * d, d, x + r * d);
+    barrier.wait();
+
+    // ---- forward ----
+    float* scores = ws.scores.get() + static_cast<int64_t>(w) * L;
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      const auto& lw = reg.layer(l);
+      const Workspace::Layer& pl = ws.layers[sz(l)];
+      Workspace::Cache& a = ws.cache[sz(l)];
+      for (int64_t r = r0; r < r1; ++r) {
+        std::copy_n(x + r * d, d, a.x_in.get() + r * d);
+        a.inv1[sz(r)] = k.inverse_rms(x + r * d, d, eps);
+        k.rmsnorm(x + r * d, p + lw.attn_norm, a.xn1.get() + r * d, d, eps);
+        if (bf16) k.round_bf16(a.xn1.get() + r * d, a.xn1.get() + r * d, d);
+      }
+      barrier.wait();
+      matmul_part(k, a.xn1.get(), d, R, pl.qkv, a.qkv.get(), qkv_ld, w, n);
+      barrier.wait();
+      // RoPE; keys and values transposed per (row, kv head): kt[b][e][t] for e in [0, kv).
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t b = r / L, t = r % L;
+        float* row = a.qkv.get() + r * qkv_ld;
+        k.rope(row, c.n_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half, rope.sin.data() + t * half);
+        k.rope(row + qd, c.n_kv_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half, rope.sin.data() + t * half);
+        for (int64_t e = 0; e < kv; ++e) {
+          a.kt[sz((b * kv + e) * L + t)] = row[qd + e];
+          a.vt[sz((b * kv + e) * L + t)] = row[qd + kv + e];
+        }
+      }
+      barrier.wait();
+      {
+        const auto [u0, u1] = static_range(R * c.n_heads, w, n);
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t r = u / c.n_heads, b = r / L, t = r % L;
+          const int32_t h = static_cast<int32_t>(u % c.n_heads);
+          const int64_t g = h / group;
+          float* out = a.att.get() + r * qd + h * hd;
+          k.attention(a.qkv.get() + r * qkv_ld + h * hd, a.kt.get() + (b * kv + g * hd) * L, L,
+                      a.qkv.get() + (b * L) * qkv_ld + qd + kv + g * hd, qkv_ld, t + 1, static_cast<int32_t>(hd), scale,
+                      out, scores);
+          if (bf16) k.round_bf16(out, out, hd);
+        }
+      }
+      barrier.wait();
+      matmul_part(k, a.att.get(), qd, R, pl.wo, ws.dbranch.get(), d, w, n);
+      barrier.wait();
+      for (int64_t r = r0; r < r1; ++r) {
+        k.add(x + r * d, ws.dbranch.get() + r * d, d);
+        std::copy_n(x + r * d, d, a.x_mid.get() + r * d);
+        a.inv2[sz(r)] = k.inverse_rms(x + r * d, d, eps);
+        k.rmsnorm(x + r * d, p + lw.mlp_norm, a.xn2.get() + r * d, d, eps);
+        if (bf16) k.round_bf16(a.xn2.get() + r * d, a.xn2.get() + r * d, d);
+      }
+      barrier.wait();
+      matmul_part(k, a.xn2.get(), d, R, pl.gu, a.gu.get(), 2 * ff, w, n);
+      barrier.wait();
+      for (int64_t r = r0; r < r1; ++r) {
+        k.swiglu(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, a.h.get() + r * ff, ff);
+        if (bf16) k.round_bf16(a.h.get() + r * ff, a.h.get() + r * ff, ff);
+      }
+      barrier.wait();
+      matmul_part(k, a.h.get(), ff, R, pl.down, ws.dbranch.get(), d, w, n);
+      barrier.wait();
+      for (int64_t r = r0; r < r1; ++r) k.add(x + r * d, ws.dbranch.get() + r * d, d);
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      ws.invf[sz(r)] = k.inverse_rms(x + r * d, d, eps);
+      k.rmsnorm(x + r * d, p + reg.final_norm(), ws.xnf.get() + r * d, d, eps);
+      if (bf16) k.round_bf16(ws.xnf.get() + r * d, ws.xnf.get() + r * d, d);
+    }
+    barrier.wait();
+    matmul_part(k, ws.xnf.get(), d, R, ws.head, ws.logits.get(), V, w, n);
+    barrier.wait();
+    // Each position's loss, and dlogits in place when training.
+    for (int64_t r = r0; r < r1; ++r) {
+      float* z = ws.logits.get() + r * V;
+      const int32_t t = targets[sz(r)];
+      if (t == kIgnore) {
+        if (grad) std::fill_n(z, V, 0.0f);
+        continue;
+      }
+      if (grad) {
+        ws.losses[sz(r)] = k.cross_entropy_backward(z, static_cast<int32_t>(V), t, countf, ws.dwide.get() + r * V);
+        std::copy_n(ws.dwide.get() + r * V, V, z);
+      } else {
+        ws.losses[sz(r)] = k.cross_entropy(z, static_cast<int32_t>(V), t);
+      }
+    }
+    if (!grad) return;
+    barrier.wait();
+
+    // ---- backward ----
+    // dW [K, N] (row stride ldw) = x^T @ dy over all R rows, with x [R, K] and dy [R, N];
+    // dy is rounded (bf16) into dy_round and packed; x^T goes to xt.
+    auto weight_grad = [&](const float* xs, int64_t K, const float* dy, int64_t N, float* dw) {
+      const float* dyr = bf16 ? ws.dy_round.get() : dy;
+      if (w == 0) reshape(ws.dy_packed, R, N);  // published to the others by the barrier below
+      {
+        const auto [a0, a1] = static_range(R, w, n);
+        if (bf16)
+          for (int64_t r = a0; r < a1; ++r) k.round_bf16(dy + r * N, ws.dy_round.get() + r * N, N);
+        const auto [k0, k1] = static_range(K, w, n);
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          float* dst = ws.xt.get() + kk * R;
+          for (int64_t r = 0; r < R; ++r) dst[r] = xs[r * K + kk];
+        }
+      }
+      barrier.wait();
+      {
+        const auto [p0, p1] = static_range(ws.dy_packed.panels, w, n);
+        const MatrixPart part{dyr, N};
+        simd::pack_panels(&part, 1, ws.dy_packed, p0, p1, false);
+      }
+      barrier.wait();
+      matmul_part(k, ws.xt.get(), R, K, ws.dy_packed, dw, N, w, n);
+      barrier.wait();
+    };
+    // dx [R, K] = dy [R, N] @ W^T (packed); dy rounded under bf16 (weight_grad has left it so).
+    auto input_grad = [&](const float* dy, int64_t N, const PackedMatrix& wt, float* dxo, int64_t K) {
+      matmul_part(k, bf16 ? ws.dy_round.get() : dy, N, R, wt, dxo, K, w, n);
+      barrier.wait();
+    };
+    // dx = rmsnorm backward (rows) and dw (columns) of one norm; `accumulate` adds into ws.dx.
+    auto norm_backward = [&](const float* xs, const float* inv, const float* wn, const float* dyn, float* dw, bool accumulate) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* out = accumulate ? ws.dbranch.get() + r * d : ws.dx.get() + r * d;
+        k.rmsnorm_backward_row(xs + r * d, wn, dyn + r * d, out, d, eps);
+        if (accumulate) k.add(ws.dx.get() + r * d, out, d);
+      }
+      const auto [i0, i1] = static_range(d, w, n);
+      k.rmsnorm_backward_weight(xs, inv, dyn, dw, R, d, i0, i1);
+      barrier.wait();
+    };
+    // Scatters wtemp [K, sum N_i] into the gradients of the parts.
+    auto scatter = [&](int64_t K, std::initializer_list<std::pair<float*, int64_t>> parts) {
+      int64_t total = 0;
+      for (const auto& part : parts) total += part.second;
+      const auto [k0, k1] = static_range(K, w, n);
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        int64_t col = 0;
+        for (const auto& [dst, N] : parts) {
+          std::copy_n(ws.wtemp.get() + kk * total + col, N, dst + kk * N);
+          col += N;
+        }
+      }
+      barrier.wait();
+    };
+
+    float* dlogits = ws.logits.get();
+    weight_grad(ws.xnf.get(), d, dlogits, V, grad + reg.head());
+    input_grad(dlogits, V, ws.head_t, ws.dxn.get(), d);
+    norm_backward(x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), grad + reg.final_norm(), false);
+
+    float* attn_scratch = ws.attn_scratch.get() + static_cast<int64_t>(w) * 2 * group * L * L;
+    for (int32_t l = c.n_layers - 1; l >= 0; --l) {
+      const auto& lw = reg.layer(l);
+      const Workspace::Layer& pl = ws.layers[sz(l)];
+      const Workspace::Cache& a = ws.cache[sz(l)];
+      // x_out = x_mid + h @ w_down
+      weight_grad(a.h.get(), ff, ws.dx.get(), d, grad + lw.w_down);
+      input_grad(ws.dx.get(), d, pl.down_t, ws.dh.get(), ff);
+      float* dgu = ws.dwide.get();  // [R, 2 ff] = [dgate | dup]
+      for (int64_t r = r0; r < r1; ++r)
+        k.swiglu_backward(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, ws.dh.get() + r * ff,
+                          dgu + r * 2 * ff, dgu + r * 2 * ff + ff, ff);
+      barrier.wait();
+      weight_grad(a.xn2.get(), d, dgu, 2 * ff, ws.wtemp.get());
+      scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
+      input_grad(dgu, 2 * ff, pl.gu_t, ws.dxn.get(), d);
+      norm_backward(a.x_mid.get(), a.inv2.get(), p + lw.mlp_norm, ws.dxn.get(), grad + lw.mlp_norm, true);
+      // x_mid = x_in + att @ wo
+      weight_grad(a.att.get(), qd, ws.dx.get(), d, grad + lw.wo);
+      input_grad(ws.dx.get(), d, pl.wo_t, ws.dh.get(), qd);  // datt in dh
+      float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
+      {
+        const auto [t0, t1] = static_range(rows * c.n_kv_heads, w, n);
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t b = task / c.n_kv_heads, g = task % c.n_kv_heads;
+          const int64_t row0 = b * L, qo = g * group * hd, ko = g * hd;
+          const float* base = a.qkv.get() + row0 * qkv_ld;
+          k.attention_backward(base + qo, qkv_ld, base + qd + ko, a.kt.get() + (b * kv + ko) * L, base + qd + kv + ko,
+                               a.vt.get() + (b * kv + ko) * L, qkv_ld, L, ws.dh.get() + row0 * qd + qo, qd,
+                               dqkv + row0 * qkv_ld + qo, dqkv + row0 * qkv_ld + qd + ko,
+                               dqkv + row0 * qkv_ld + qd + kv + ko, qkv_ld, L, group, static_cast<int32_t>(hd), scale,
+                               attn_scratch);
+        }
+      }
+      barrier.wait();
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t t = r % L;
+        k.rope_backward(dqkv + r * qkv_ld, c.n_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
+                        rope.sin.data() + t * half);
+        k.rope_backward(dqkv + r * qkv_ld + qd, c.n_kv_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
+                        rope.sin.data() + t * half);
+      }
+      barrier.wait();
+      weight_grad(a.xn1.get(), d, dqkv, qkv_ld, ws.wtemp.get());
+      scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
+      input_grad(dqkv, qkv_ld, pl.qkv_t, ws.dxn.get(), d);
+      norm_backward(a.x_in.get(), a.inv1.get(), p + lw.attn_norm, ws.dxn.get(), grad + lw.attn_norm, true);
+    }
+    // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.
+    {
+      const auto [v0, v1] = static_range(V, w, n);
+      float* de = grad + reg.embed();
+      std::fill(de + v0 * d, de + v1 * d, 0.0f);
+      for (int64_t r = 0; r < R; ++r) {
+        const int32_t id = inputs[sz(r)];
+        if (id >= v0 && id < v1) k.add(de + static_cast<int64_t>(id) * d, ws.dx.get() + r * d, d);
+      }
+    }
+  });
+
+  float total = 0.0f;
+  for (int64_t r = 0; r < R; ++r)
+    if (targets[sz(r)] != kIgnore) total = total + ws.losses[sz(r)];
+  return total / countf;
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,230 @@
+// The one-step trainer: validate, compute the loss and gradient (reference or fast path), clip,
+// AdamW, EMA, then commit all of it at once. A step that fails changes nothing but clearing the
+// gradient.
+#include "lockstep/trainer.hpp"
+
+#include <bit>
+#include <cmath>
+#include <set>
+
+#include "core/fpenv.hpp"
+#include "core/sha256.hpp"
+#include "core/thread_pool.hpp"
+#include "kernels/ref/optimizer.hpp"
+#include "train/fast_step.hpp"
+#include "train/reference_step.hpp"
+
+namespace lockstep {
+namespace {
+
+constexpr int32_t kIgnore = -100;
+
+[[noreturn]] void invalid(const std::string& message) { throw Error(ErrorKind::invalid_argument, message); }
+
+void check_finite(std::span<const float> v, const char* what) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i])) invalid(std::string(what) + " must be finite; element " + std::to_string(i) + " is " + std::to_string(v[i]));
+}
+
+void check_ids(const ModelConfig& c, const IdsView& ids) {
+  if (!ids.data || ids.rows != c.batch || ids.cols != c.length + 1)
+    invalid("ids must be [" + std::to_string(c.batch) + ", " + std::to_string(c.length + 1) + "]; got [" +
+            std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
+  const std::string range = c.vocab_size == 256 ? "byte values in [0, 256)" : "token ids in [0, " + std::to_string(c.vocab_size) + ")";
+  for (int64_t b = 0; b < ids.rows; ++b) {
+    for (int64_t t = 0; t <= c.length; ++t) {
+      const int32_t id = ids.at(b, t);
+      if (t == c.length && id == kIgnore) continue;
+      if (id < 0 || id >= c.vocab_size)
+        invalid("ids must be " + range + "; got " + std::to_string(id) + " at row " + std::to_string(b) +
+                ", position " + std::to_string(t));
+    }
+  }
+}
+
+}  // namespace
+
+void AdamWOptions::validate() const {
+  auto bad = [](const char* name, float v, const char* want) {
+    invalid(std::string(name) + " = " + std::to_string(v) + " must be " + want);
+  };
+  if (!(std::isfinite(lr) && lr > 0)) bad("lr", lr, "a positive finite number");
+  if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", beta1, "in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) bad("beta2", beta2, "in [0, 1)");
+  if (!(std::isfinite(eps) && eps > 0)) bad("eps", eps, "a positive finite number");
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0)) bad("weight_decay", weight_decay, "a finite number >= 0");
+  if (!(std::isfinite(clip_norm) && clip_norm >= 0)) bad("clip_norm", clip_norm, "a finite number >= 0 (0: no clipping)");
+}
+
+double ema_decay_at(double decay, int64_t step) {
+  const double warm = (1.0 + static_cast<double>(step)) / (10.0 + static_cast<double>(step));
+  return decay < warm ? decay : warm;
+}
+
+struct Trainer::Impl {
+  ModelConfig config;
+  ParameterRegistry registry;
+  TrainerOptions options;
+  std::vector<float> params, m, v, ema, grad;
+  int64_t completed = 0;
+  std::vector<std::pair<int64_t, int64_t>> frozen;  // [offset, offset + count) of frozen tensors
+  train::RopeTables<float> rope;
+  std::unique_ptr<train::FastStep> fast;  // the fast path's workspace and packed weights
+  std::shared_ptr<ThreadPool> pool;
+
+  Impl(const ModelConfig& c, const TrainerOptions& o) : config(c), registry(c), options(o), rope(c) {
+    o.adamw.validate();
+    if (!(o.ema_decay >= 0.0f && o.ema_decay < 1.0f))
+      invalid("ema decay = " + std::to_string(o.ema_decay) + " must be in [0, 1) (0: no EMA)");
+    if (o.threads < 0 || o.threads > max_threads)
+      invalid("threads must be in [1, " + std::to_string(max_threads) + "], or 0 for one per core");
+    std::set<std::string> seen;
+    for (const std::string& name : o.frozen) {
+      if (!seen.insert(name).second) invalid("frozen parameter '" + name + "' is listed twice");
+      const ParameterInfo& e = registry.at(name);
+      frozen.push_back({e.offset, e.offset + e.count});
+    }
+    pool = o.pool ? o.pool : make_thread_pool(o.threads);
+  }
+
+  int threads() const { return options.threads > 0 ? options.threads : thread_pool_size(*pool); }
+
+  float loss_and_gradient(const IdsView& ids, float* out_grad) {
+    if (options.device == Device::reference)
+      return train::reference_loss_and_gradient<float>(config, rope, params.data(), ids.data, ids.rows, out_grad,
+                                                       options.precision == Precision::bf16);
+    if (!fast) fast = std::make_unique<train::FastStep>(config, options.precision, options.simd_target);
+    return fast->loss_and_gradient(*pool, threads(), rope, params, ids.data, ids.rows, out_grad);
+  }
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+Trainer& Trainer::operator=(Trainer&&) noexcept = default;
+
+Trainer::Trainer(const ModelConfig& config, std::span<const float> parameters, const TrainerOptions& options) {
+  config.validate();
+  auto impl = std::make_unique<Impl>(config, options);
+  if (static_cast<int64_t>(parameters.size()) != impl->registry.total())
+    invalid("parameters must hold " + std::to_string(impl->registry.total()) + " float32 values, got " +
+            std::to_string(parameters.size()));
+  check_finite(parameters, "parameters");
+  impl->params.assign(parameters.begin(), parameters.end());
+  impl->m.assign(parameters.size(), 0.0f);
+  impl->v.assign(parameters.size(), 0.0f);
+  if (options.ema_decay > 0.0f) impl->ema = impl->params;
+  impl_ = std::move(impl);
+}
+
+Trainer Trainer::from_state(const ModelConfig& config, TrainerState state, const TrainerOptions& options) {
+  config.validate();
+  auto impl = std::make_unique<Impl>(config, options);
+  const size_t n = static_cast<size_t>(impl->registry.total());
+  auto check = [&](const std::vector<float>& v, const char* name) {
+    if (v.size() != n) invalid(std::string(name) + " must hold " + std::to_string(n) + " float32 values, got " + std::to_string(v.size()));
+    check_finite(v, name);
+  };
+  check(state.parameters, "parameters");
+  check(state.m, "m");
+  check(state.v, "v");
+  for (size_t i = 0; i < n; ++i)
+    if (state.v[i] < 0.0f) invalid("v must not be negative; element " + std::to_string(i) + " is " + std::to_string(state.v[i]));
+  if (options.ema_decay > 0.0f) {
+    if (state.ema.empty()) state.ema = state.parameters;
+    check(state.ema, "ema");
+  } else if (!state.ema.empty()) {
+    invalid("an EMA was given but the options keep none (ema_decay 0)");
+  }
+  if (state.completed_steps < 0) invalid("completed_steps must not be negative");
+  impl->params = std::move(state.parameters);
+  impl->m = std::move(state.m);
+  impl->v = std::move(state.v);
+  impl->ema = std::move(state.ema);
+  impl->completed = state.completed_steps;
+  return Trainer(std::move(impl));
+}
+
+uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
+  Impl& s = *impl_;
+  s.grad.clear();
+  check_ids(s.config, ids);
+  const float rate = lr.value_or(s.options.adamw.lr);
+  if (lr) {
+    AdamWOptions check = s.options.adamw;
+    check.lr = rate;
+    check.validate();
+  }
+  FloatEnvScope env;
+  const size_t n = s.params.size();
+  std::vector<float> grad(n);
+  const float loss = s.loss_and_gradient(ids, grad.data());
+  if (!std::isfinite(loss))
+    throw Error(ErrorKind::state, "the loss of step " + std::to_string(s.completed + 1) + " is not finite (" +
+                                      std::to_string(loss) + "); the step was not applied");
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(grad[i]))
+      throw Error(ErrorKind::state, "the gradient of step " + std::to_string(s.completed + 1) +
+                                        " is not finite at element " + std::to_string(i) + "; the step was not applied");
+  // Frozen tensors take no update: their gradient leaves the norm and the update.
+  std::vector<float> trained_grad;
+  const float* g = grad.data();
+  if (!s.frozen.empty()) {
+    trained_grad = grad;
+    for (const auto& [begin, end] : s.frozen) std::fill(trained_grad.begin() + begin, trained_grad.begin() + end, 0.0f);
+    g = trained_grad.data();
+  }
+  const int64_t t = s.completed + 1;
+  const float scale = s.options.adamw.clip_norm > 0.0f
+                          ? ref::clip_scale(ref::block_sum_of_squares(g, static_cast<int64_t>(n)), s.options.adamw.clip_norm)
+                          : 1.0f;
+  const AdamWOptions& o = s.options.adamw;
+  const ref::AdamWScalars scalars = ref::adamw_scalars(rate, o.beta1, o.beta2, o.eps, o.weight_decay, t);
+  std::vector<float> p_new(n), m_new(n), v_new(n), ema_new(s.ema.size());
+  const double ema_decay = s.options.ema_decay > 0.0f ? ema_decay_at(s.options.ema_decay, t) : 0.0;
+  // Element-wise and independent: split across the pool in fixed blocks (any split gives the
+  // same bits).
+  s.pool->run(s.options.device == Device::reference ? 1 : s.threads(), [&](int w, int nw) {
+    const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
+    ref::adamw_update(scalars, scale, g + b, s.params.data() + b, s.m.data() + b, s.v.data() + b, p_new.data() + b,
+                      m_new.data() + b, v_new.data() + b, e - b);
+    if (!s.ema.empty()) ref::ema_update(ema_decay, s.ema.data() + b, p_new.data() + b, ema_new.data() + b, e - b);
+  });
+  for (const auto& [begin, end] : s.frozen) {
+    std::copy(s.params.begin() + begin, s.params.begin() + end, p_new.begin() + begin);
+    std::copy(s.m.begin() + begin, s.m.begin() + end, m_new.begin() + begin);
+    std::copy(s.v.begin() + begin, s.v.begin() + end, v_new.begin() + begin);
+    if (!s.ema.empty()) std::copy(s.ema.begin() + begin, s.ema.begin() + end, ema_new.begin() + begin);
+  }
+  // Commit: nothing below can fail.
+  s.params.swap(p_new);
+  s.m.swap(m_new);
+  s.v.swap(v_new);
+  s.ema.swap(ema_new);
+  s.grad.swap(grad);
+  s.completed = t;
+  return std::bit_cast<uint32_t>(loss);
+}
+
+uint32_t Trainer::loss_bits(const IdsView& ids) const {
+  Impl& s = *impl_;
+  check_ids(s.config, ids);
+  FloatEnvScope env;
+  return std::bit_cast<uint32_t>(s.loss_and_gradient(ids, nullptr));
+}
+
+const ModelConfig& Trainer::config() const { return impl_->config; }
+const TrainerOptions& Trainer::options() const { return impl_->options; }
+std::span<const float> Trainer::parameters() const { return impl_->params; }
+std::span<const float> Trainer::m() const { return impl_->m; }
+std::span<const float> Trainer::v() const { return impl_->v; }
+std::span<const float> Trainer::ema() const { return impl_->ema; }
+std::span<const float> Trainer::gradient() const { return impl_->grad; }
+int64_t Trainer::completed_steps() const { return impl_->completed; }
+std::string Trainer::parameters_sha256() const { return sha256_f32_le(impl_->params); }
+
+TrainerState Trainer::state() const {
+  return {impl_->params, impl_->m, impl_->v, impl_->ema, impl_->completed};
+}
+
+}  // namespace lockstep
