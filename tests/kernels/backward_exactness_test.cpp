@@ -1,0 +1,120 @@
+// The training kernels against their reference twins, with memcmp, for every SIMD target, over
+// shapes around the vector width.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/ref/ops.hpp"
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+using simd::Kernels;
+
+const int kSizes[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 100};
+
+::testing::AssertionResult same(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size() * 4) == 0)
+    return ::testing::AssertionSuccess();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
+      return ::testing::AssertionFailure() << "first difference at " << i << ": " << got[i] << " vs " << want[i];
+  return ::testing::AssertionFailure() << "sizes differ";
+}
+
+TEST(BackwardKernels, RmsNormEqualsReference) {
+  uint64_t seed = 1;
+  for (const Kernels* k : simd::supported_kernels()) {
+    for (int n : kSizes) {
+      for (int R : {1, 3, 10}) {
+        const auto x = test::random_floats(R * n, seed++, 2.0), w = test::random_floats(n, seed++), dy = test::random_floats(R * n, seed++);
+        std::vector<float> dx_ref(static_cast<size_t>(R * n)), dw_ref(static_cast<size_t>(n));
+        ref::rmsnorm_backward(x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(), R, n, 1e-5f);
+        std::vector<float> dx(dx_ref.size()), dw(dw_ref.size()), inv(static_cast<size_t>(R));
+        for (int r = 0; r < R; ++r) {
+          k->rmsnorm_backward_row(x.data() + r * n, w.data(), dy.data() + r * n, dx.data() + r * n, n, 1e-5f);
+          inv[static_cast<size_t>(r)] = k->inverse_rms(x.data() + r * n, n, 1e-5f);
+        }
+        for (int i0 = 0; i0 < n; i0 += 13) k->rmsnorm_backward_weight(x.data(), inv.data(), dy.data(), dw.data(), R, n, i0, std::min(n, i0 + 13));
+        EXPECT_TRUE(same(dx, dx_ref)) << k->name << " rmsnorm dx n=" << n << " R=" << R;
+        EXPECT_TRUE(same(dw, dw_ref)) << k->name << " rmsnorm dw n=" << n << " R=" << R;
+      }
+    }
+  }
+}
+
+TEST(BackwardKernels, RopeSwigluAndCrossEntropyEqualReference) {
+  uint64_t seed = 100;
+  for (const Kernels* k : simd::supported_kernels()) {
+    for (int hd : {2, 4, 6, 8, 10, 16, 18, 32, 34, 64}) {
+      std::vector<float> c(static_cast<size_t>(5 * hd / 2)), s(c.size());
+      ref::rope_tables<float>(5, hd, 10000.0f, c.data(), s.data());
+      auto want = test::random_floats(3 * hd, seed++);
+      auto got = want;
+      ref::rope_backward(want.data(), 3, hd, c.data() + 4 * hd / 2, s.data() + 4 * hd / 2);
+      k->rope_backward(got.data(), 3, hd, c.data() + 4 * hd / 2, s.data() + 4 * hd / 2);
+      EXPECT_TRUE(same(got, want)) << k->name << " rope_backward hd=" << hd;
+    }
+    for (int n : kSizes) {
+      const auto g = test::random_floats(n, seed++, 5.0), u = test::random_floats(n, seed++), dh = test::random_floats(n, seed++);
+      std::vector<float> dg_ref(static_cast<size_t>(n)), du_ref(dg_ref.size()), dg(dg_ref.size()), du(dg_ref.size());
+      ref::swiglu_backward(g.data(), u.data(), dh.data(), dg_ref.data(), du_ref.data(), n);
+      k->swiglu_backward(g.data(), u.data(), dh.data(), dg.data(), du.data(), n);
+      EXPECT_TRUE(same(dg, dg_ref)) << k->name << " swiglu dgate n=" << n;
+      EXPECT_TRUE(same(du, du_ref)) << k->name << " swiglu dup n=" << n;
+    }
+    for (int V : {1, 2, 7, 8, 9, 37, 256, 257}) {
+      const auto z = test::random_floats(V, seed++, 3.0);
+      for (int target : {0, V - 1}) {
+        std::vector<float> want(static_cast<size_t>(V)), got(want.size());
+        ref::cross_entropy_backward(z.data(), V, target, 7.0f, want.data());
+        const float loss = k->cross_entropy_backward(z.data(), V, target, 7.0f, got.data());
+        EXPECT_TRUE(same(got, want)) << k->name << " cross_entropy_backward V=" << V;
+        EXPECT_EQ(std::bit_cast<uint32_t>(loss), std::bit_cast<uint32_t>(ref::cross_entropy(z.data(), V, target)));
+      }
+    }
+  }
+}
+
+TEST(BackwardKernels, AttentionEqualsReference) {
+  uint64_t seed = 500;
+  for (const Kernels* k : simd::supported_kernels()) {
+    for (int T : {1, 2, 5, 8, 9, 17, 33}) {
+      for (int hd : {2, 6, 8, 16, 20, 32}) {
+        for (int group : {1, 3}) {
+          const int64_t q_stride = group * hd + 2, kv_stride = hd + 1, ldt = T + 3;
+          const auto q = test::random_floats(T * q_stride, seed++), kk = test::random_floats(T * kv_stride, seed++);
+          const auto v = test::random_floats(T * kv_stride, seed++), dout = test::random_floats(T * q_stride, seed++);
+          std::vector<float> kt(static_cast<size_t>(hd * ldt)), vt(kt.size());
+          for (int j = 0; j < T; ++j)
+            for (int d = 0; d < hd; ++d) {
+              kt[static_cast<size_t>(d * ldt + j)] = kk[static_cast<size_t>(j * kv_stride + d)];
+              vt[static_cast<size_t>(d * ldt + j)] = v[static_cast<size_t>(j * kv_stride + d)];
+            }
+          const float scale = ref::attention_scale<float>(hd);
+          std::vector<float> scratch(static_cast<size_t>(2 * group * T * T));
+          std::vector<float> dq_ref(q.size(), 0.0f), dk_ref(kk.size(), 0.0f), dv_ref(v.size(), 0.0f);
+          ref::attention_backward(q.data(), q_stride, kk.data(), v.data(), kv_stride, dout.data(), q_stride, dq_ref.data(),
+                                  dk_ref.data(), dv_ref.data(), kv_stride, T, group, hd, scale, scratch.data());
+          std::vector<float> dq(q.size(), 0.0f), dk(kk.size(), 0.0f), dv(v.size(), 0.0f);
+          k->attention_backward(q.data(), q_stride, kk.data(), kt.data(), v.data(), vt.data(), kv_stride, ldt, dout.data(),
+                                q_stride, dq.data(), dk.data(), dv.data(), kv_stride, T, group, hd, scale, scratch.data());
+          const std::string what = std::string(k->name) + " T=" + std::to_string(T) + " hd=" + std::to_string(hd) +
+                                   " group=" + std::to_string(group);
+          EXPECT_TRUE(same(dq, dq_ref)) << what << " dq";
+          EXPECT_TRUE(same(dk, dk_ref)) << what << " dk";
+          EXPECT_TRUE(same(dv, dv_ref)) << what << " dv";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
