@@ -11,6 +11,10 @@
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/trainer.hpp"
+
+#include <map>
+#include <mutex>
 
 namespace lockstep::bench {
 double fma_chains(int64_t iterations, float* sink);
@@ -79,7 +83,18 @@ void BM_Matmul(benchmark::State& state) {
   state.counters["flops"] = benchmark::Counter(2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Matmul)->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256, 256, 768})->Args({1, 768, 2304})
+    ->Args({2048, 256, 768})->Args({256, 2048, 768})->Args({2048, 768, 256})
     ->Unit(benchmark::kMillisecond);
+
+// Initial weights per shape, made once per process (l768's take seconds to draw).
+const std::vector<float>& shape_parameters(int which) {
+  static std::mutex mutex;
+  static std::map<int, std::vector<float>> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(which);
+  if (it == cache.end()) it = cache.emplace(which, init_parameters(shape_config(which), 1)).first;
+  return it->second;
+}
 
 // A full-window forward (one row of 256 tokens) of a shape: args {shape, threads}; threads 0 is
 // the reference device.
@@ -89,7 +104,7 @@ void BM_Forward(benchmark::State& state) {
   const ModelConfig c = shape_config(which);
   ModelOptions options;
   options.threads = threads > 0 ? threads : 1;
-  const auto model = Model::from_parameters(c, init_parameters(c, 1), options);
+  const auto model = Model::from_parameters(c, shape_parameters(which), options);
   std::vector<int32_t> ids(static_cast<size_t>(c.length));
   for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
   const CallOptions call{threads > 0 ? Device::cpu : Device::reference, threads > 0 ? threads : 1};
@@ -106,8 +121,26 @@ void BM_Forward(benchmark::State& state) {
   state.SetLabel(shape_name(which));
   state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_Forward)->Args({0, 0})->Args({0, 1})->Args({0, 2})->Args({1, 0})->Args({1, 1})->Args({1, 2})
+BENCHMARK(BM_Forward)->Args({0, 0})->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})
     ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
+void BM_TrainStep(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  ModelConfig c = shape_config(which);
+  c.batch = 8;
+  TrainerOptions options;
+  options.threads = threads;
+  Trainer trainer(c, shape_parameters(which), options);
+  std::vector<int32_t> ids(static_cast<size_t>(c.batch * (c.length + 1)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(random_below(256, 4, 0, i));
+  for (auto _ : state) trainer.train_step({ids.data(), c.batch, c.length + 1});
+  state.SetLabel(shape_name(which));
+  state.counters["tokens"] = benchmark::Counter(static_cast<double>(c.batch * c.length),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_TrainStep)->Args({0, 1})->Args({0, 2})->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
 }  // namespace
 }  // namespace lockstep

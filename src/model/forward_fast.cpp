@@ -1,10 +1,13 @@
 // The fast forward pass: the reference's arithmetic with SIMD kernels on the thread pool. All
-// rows of a call go through each matmul together (their tokens stacked as the rows of one
-// matrix); each phase splits its work among the workers along independent outputs (tokens,
+// rows of a call go through each matmul together (the tokens they compute stacked as the rows of
+// one matrix); each phase splits its work among the workers along independent outputs (tokens,
 // (token, head) pairs, column panels), never inside a reduction, and a barrier separates phases.
-// So every output's bits are the reference's whatever the thread count, the batch or the SIMD
+// A row may continue from keys and values it computed before (a session or a cached prefix):
+// position t's arithmetic reads positions <= t only, so its bits are the same either way. Every
+// output's bits are the reference's whatever the thread count, the batch, the cache or the SIMD
 // target.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/simd/dispatch.hpp"
@@ -17,41 +20,60 @@ namespace lockstep {
 namespace {
 
 using simd::Kernels;
-using simd::PackedMatrix;
-
 using simd::matmul_part;
 
-// The call's tokens: row r's positions [0, length[r]) are tokens [first[r], first[r] + length[r]).
-struct Plan {
-  std::vector<int64_t> first, length;
-  std::vector<int32_t> token_row, token_pos;
-  std::vector<int64_t> kt_offset;  // row r's transposed keys start at kt_offset[r] in the kt buffer
-  std::vector<int64_t> out_token;  // tokens whose outputs are asked for, row by row
-  std::vector<int64_t> out_slot;   // their row's output index: (row, t - out_begin)
-  int64_t tokens = 0;
-  int64_t longest = 0;
+// Where one row's keys and values live: layer l's keys at keys + l * layer_stride (transposed,
+// row stride ld = capacity), its values at values + l * layer_stride ([capacity][kv_dim]).
+struct KvView {
+  float* keys = nullptr;
+  float* values = nullptr;
+  int64_t layer_stride = 0;  // 0 for a fresh row: one layer's scratch, reused by every layer
+  int64_t ld = 0;
 };
 
-Plan make_plan(std::span<const RowRequest> rows, int64_t kv_dim) {
+// The tokens a call computes: row r's positions [start[r], end[r]) are tokens
+// [first[r], first[r] + end[r] - start[r]).
+struct Plan {
+  std::vector<int64_t> first;
+  std::vector<int32_t> token_row, token_pos;
+  std::vector<int64_t> out_token;  // tokens whose outputs are asked for, row by row
+  std::vector<int64_t> out_slot;   // their index in their row's outputs: t - out_begin
+  std::vector<KvView> kv;
+  int64_t tokens = 0;
+  int64_t longest = 0;  // the most keys any query reads
+};
+
+Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, float* scratch) {
   Plan p;
-  int64_t kt = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t n = rows[r].out_end;
+    const RowWork& w = rows[r];
     p.first.push_back(p.tokens);
-    p.length.push_back(n);
-    p.kt_offset.push_back(kt);
-    for (int64_t t = 0; t < n; ++t) {
+    for (int32_t t = w.start; t < w.out_end; ++t) {
       p.token_row.push_back(static_cast<int32_t>(r));
-      p.token_pos.push_back(static_cast<int32_t>(t));
+      p.token_pos.push_back(t);
     }
-    for (int64_t t = rows[r].out_begin; t < n; ++t) {
-      p.out_token.push_back(p.tokens + t);
-      p.out_slot.push_back(t - rows[r].out_begin);
+    for (int32_t t = w.out_begin; t < w.out_end; ++t) {
+      p.out_token.push_back(p.tokens + (t - w.start));
+      p.out_slot.push_back(t - w.out_begin);
     }
-    p.tokens += n;
-    kt += n * kv_dim;
-    p.longest = std::max(p.longest, n);
+    KvView v;
+    if (w.cache) {
+      v.keys = w.cache->keys.get();
+      v.values = w.cache->values.get();
+      v.layer_stride = static_cast<int64_t>(w.cache->capacity) * kv_dim;
+      v.ld = w.cache->capacity;
+    } else {
+      v.keys = scratch;
+      v.values = scratch + static_cast<int64_t>(w.out_end) * kv_dim;
+      v.layer_stride = 0;
+      v.ld = w.out_end;
+      scratch += 2 * static_cast<int64_t>(w.out_end) * kv_dim;
+    }
+    p.kv.push_back(v);
+    p.tokens += w.out_end - w.start;
+    p.longest = std::max<int64_t>(p.longest, w.out_end);
   }
+  (void)n_layers;
   return p;
 }
 
@@ -76,7 +98,26 @@ std::pair<int64_t, int64_t> attention_share(const Plan& p, int32_t heads, int w,
 
 }  // namespace
 
-void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int threads) {
+KvCache::KvCache(int32_t layers, int32_t dim, int32_t cap)
+    : capacity(cap), n_layers(layers), kv_dim(dim),
+      keys(simd::aligned_floats(static_cast<size_t>(layers) * dim * cap)),
+      values(simd::aligned_floats(static_cast<size_t>(layers) * dim * cap)) {}
+
+KvCache::KvCache(const ModelConfig& c, int32_t cap) : KvCache(c.n_layers, c.kv_dim(), cap) {}
+
+KvCache KvCache::copy(int32_t positions) const {
+  KvCache out(n_layers, kv_dim, capacity);
+  const size_t n = static_cast<size_t>(positions);
+  for (int32_t l = 0; l < n_layers; ++l) {
+    for (int32_t e = 0; e < kv_dim; ++e)
+      std::memcpy(out.layer_keys(l) + static_cast<int64_t>(e) * capacity, layer_keys(l) + static_cast<int64_t>(e) * capacity,
+                  n * sizeof(float));
+    std::memcpy(out.layer_values(l), layer_values(l), n * static_cast<size_t>(kv_dim) * sizeof(float));
+  }
+  return out;
+}
+
+void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threads) {
   if (rows.empty()) return;
   const ModelConfig& c = m.config;
   const simd::PackedWeights& pw = *m.packed;
@@ -88,11 +129,15 @@ void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int th
   const int32_t group = c.n_heads / c.n_kv_heads;
   const float* p = m.parameters.data();
 
-  const Plan plan = make_plan(rows, kv_dim);
+  int64_t fresh = 0;  // scratch floats for the keys and values of rows without a cache
+  for (const RowWork& r : rows)
+    if (!r.cache) fresh += 2 * static_cast<int64_t>(r.out_end) * kv_dim;
+  simd::AlignedFloats kv_scratch = simd::aligned_floats(static_cast<size_t>(std::max<int64_t>(fresh, 1)));
+  const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch.get());
   const int64_t R = plan.tokens;
   const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
   bool want_logits = false;
-  for (const RowRequest& r : rows) want_logits = want_logits || r.logits != nullptr;
+  for (const RowWork& r : rows) want_logits = want_logits || r.logits != nullptr;
 
   ThreadPool& pool = m.thread_pool();
   const int n_threads = std::max(1, threads);
@@ -101,21 +146,20 @@ void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int th
   simd::AlignedFloats x = simd::aligned_floats(static_cast<size_t>(R * d));
   simd::AlignedFloats xn = simd::aligned_floats(static_cast<size_t>(R * d));
   simd::AlignedFloats qkv = simd::aligned_floats(static_cast<size_t>(R * qkv_ld));
-  simd::AlignedFloats kt = simd::aligned_floats(static_cast<size_t>(R * kv_dim));
   simd::AlignedFloats att = simd::aligned_floats(static_cast<size_t>(R * q_dim));
   simd::AlignedFloats gu = simd::aligned_floats(static_cast<size_t>(R * 2 * ff));
   simd::AlignedFloats h = simd::aligned_floats(static_cast<size_t>(R * ff));
   simd::AlignedFloats o = simd::aligned_floats(static_cast<size_t>(R * d));
   simd::AlignedFloats scores = simd::aligned_floats(static_cast<size_t>(n_threads * plan.longest));
-  simd::AlignedFloats out_x = simd::aligned_floats(static_cast<size_t>(R_out * d));
-  simd::AlignedFloats out_logits = simd::aligned_floats(static_cast<size_t>(want_logits ? R_out * vocab : 0));
+  simd::AlignedFloats out_x = simd::aligned_floats(static_cast<size_t>(std::max<int64_t>(R_out * d, 1)));
+  simd::AlignedFloats out_logits = simd::aligned_floats(static_cast<size_t>(want_logits ? R_out * vocab : 1));
   Barrier barrier(n_threads);
 
   pool.run(n_threads, [&](int w, int n) {
     const auto [t0, t1] = static_range(R, w, n);
     // x[t] = embed[ids[t]]
     for (int64_t t = t0; t < t1; ++t) {
-      const RowRequest& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+      const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
       const int32_t id = row.ids[static_cast<size_t>(plan.token_pos[static_cast<size_t>(t)])];
       std::copy_n(p + m.registry.embed() + static_cast<int64_t>(id) * d, d, x.get() + t * d);
     }
@@ -132,36 +176,34 @@ void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int th
       // [q | k | v] = xn @ [wq | wk | wv]
       matmul_part(k, xn.get(), d, R, pl.qkv, qkv.get(), qkv_ld, w, n);
       barrier.wait();
-      // RoPE on q and k at each token's position; keys transposed into kt.
+      // RoPE on q and k at each token's position; keys (transposed) and values into the row's store.
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
-        const int64_t r = plan.token_row[static_cast<size_t>(t)];
+        const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
         float* row = qkv.get() + t * qkv_ld;
         const float* cos_row = m.rope_cos.data() + pos * half;
         const float* sin_row = m.rope_sin.data() + pos * half;
         k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
         k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-        const int64_t len = plan.length[static_cast<size_t>(r)];
-        float* kt_row = kt.get() + plan.kt_offset[static_cast<size_t>(r)];
-        for (int64_t e = 0; e < kv_dim; ++e) kt_row[e * len + pos] = row[q_dim + e];
+        float* keys = kv.keys + l * kv.layer_stride;
+        for (int64_t e = 0; e < kv_dim; ++e) keys[e * kv.ld + pos] = row[q_dim + e];
+        std::memcpy(kv.values + l * kv.layer_stride + pos * kv_dim, row + q_dim + kv_dim,
+                    static_cast<size_t>(kv_dim) * sizeof(float));
       }
       barrier.wait();
-      // Attention for each (token, head) pair.
+      // Attention for each (token, head) pair over the row's positions [0, pos].
       {
         const auto [u0, u1] = attention_share(plan, c.n_heads, w, n);
         float* scratch = scores.get() + static_cast<int64_t>(w) * plan.longest;
         for (int64_t u = u0; u < u1; ++u) {
           const int64_t t = u / c.n_heads;
           const int32_t head = static_cast<int32_t>(u % c.n_heads);
-          const int64_t r = plan.token_row[static_cast<size_t>(t)];
-          const int64_t len = plan.length[static_cast<size_t>(r)];
-          const int64_t kvh = head / group;
-          const float* kt_head = kt.get() + plan.kt_offset[static_cast<size_t>(r)] + kvh * hd * len;
-          const float* v_head = qkv.get() + plan.first[static_cast<size_t>(r)] * qkv_ld + q_dim + kv_dim + kvh * hd;
+          const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+          const int64_t g = head / group;
           float* out = att.get() + t * q_dim + head * hd;
-          k.attention(qkv.get() + t * qkv_ld + head * hd, kt_head, len, v_head, qkv_ld,
-                      plan.token_pos[static_cast<size_t>(t)] + 1, static_cast<int32_t>(hd),
-                      m.attention_scale, out, scratch);
+          k.attention(qkv.get() + t * qkv_ld + head * hd, kv.keys + l * kv.layer_stride + g * hd * kv.ld, kv.ld,
+                      kv.values + l * kv.layer_stride + g * hd, kv_dim, plan.token_pos[static_cast<size_t>(t)] + 1,
+                      static_cast<int32_t>(hd), m.attention_scale, out, scratch);
           if (bf16) k.round_bf16(out, out, hd);
         }
       }
@@ -194,7 +236,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int th
       const int64_t t = plan.out_token[static_cast<size_t>(i)];
       k.add(x.get() + t * d, o.get() + t * d, d);
       k.rmsnorm(x.get() + t * d, p + m.registry.final_norm(), out_x.get() + i * d, d, c.norm_eps);
-      const RowRequest& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+      const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
       const int64_t slot = plan.out_slot[static_cast<size_t>(i)];
       if (row.hidden) std::copy_n(out_x.get() + i * d, d, row.hidden + slot * d);
       if (bf16) k.round_bf16(out_x.get() + i * d, out_x.get() + i * d, d);
@@ -205,7 +247,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowRequest> rows, int th
     barrier.wait();
     for (int64_t i = r0; i < r1; ++i) {
       const int64_t t = plan.out_token[static_cast<size_t>(i)];
-      const RowRequest& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+      const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
       if (row.logits)
         std::copy_n(out_logits.get() + i * vocab, vocab, row.logits + plan.out_slot[static_cast<size_t>(i)] * vocab);
     }

@@ -75,7 +75,10 @@ void Model::forward(std::span<const RowRequest> rows, const CallOptions& call) c
     if (call.threads) m.threads_for(call);  // validated even though the reference ignores it
     forward_reference(m, rows);
   } else {
-    forward_fast(m, rows, m.threads_for(call));
+    std::vector<RowWork> work(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i)
+      work[i] = {rows[i].ids, 0, rows[i].out_begin, rows[i].out_end, rows[i].logits, rows[i].hidden, nullptr};
+    forward_fast(m, work, m.threads_for(call));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
+#include "kernels/simd/kernels.hpp"
 #include "lockstep/model.hpp"
 
 namespace lockstep {
@@ -44,9 +45,40 @@ struct Model::Impl {
   int threads_for(const CallOptions& call) const;
 };
 
+// The keys and values of one sequence for every layer, in the fast path's layout: keys
+// transposed, [n_layers][kv_dim][capacity] (key j's e-th value at e * capacity + j, so attention's
+// lanes run along j), values [n_layers][capacity][kv_dim].
+struct KvCache {
+  int32_t capacity = 0;
+  int32_t n_layers = 0;
+  int32_t kv_dim = 0;
+  simd::AlignedFloats keys, values;
+  KvCache(const ModelConfig& c, int32_t capacity);
+  KvCache(int32_t n_layers, int32_t kv_dim, int32_t capacity);
+  KvCache(KvCache&&) noexcept = default;
+  KvCache& operator=(KvCache&&) noexcept = default;
+  KvCache copy(int32_t positions) const;  // a cache holding this one's first `positions`
+  float* layer_keys(int32_t l) const { return keys.get() + static_cast<int64_t>(l) * kv_dim * capacity; }
+  float* layer_values(int32_t l) const { return values.get() + static_cast<int64_t>(l) * capacity * kv_dim; }
+  size_t bytes() const { return 2 * static_cast<size_t>(n_layers) * capacity * kv_dim * sizeof(float); }
+};
+
+// One row of the fast forward pass: positions [start, out_end) of ids are computed; those before
+// `start` must already be in `cache`. A row without a cache (start 0) keeps its keys and values
+// only for the call. Outputs as RowRequest's.
+struct RowWork {
+  std::span<const int32_t> ids;
+  int32_t start = 0;
+  int32_t out_begin = 0;
+  int32_t out_end = 0;
+  float* logits = nullptr;
+  float* hidden = nullptr;
+  KvCache* cache = nullptr;
+};
+
 // The single-threaded scalar forward pass (forward_ref.cpp): every row alone, from position 0.
 void forward_reference(const Model::Impl& model, std::span<const RowRequest> rows);
 // The SIMD, multithreaded forward pass (forward_fast.cpp), bit-identical to the reference.
-void forward_fast(const Model::Impl& model, std::span<const RowRequest> rows, int threads);
+void forward_fast(const Model::Impl& model, std::span<const RowWork> rows, int threads);
 
 }  // namespace lockstep

@@ -279,10 +279,15 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         const auto [a0, a1] = static_range(R, w, n);
         if (bf16)
           for (int64_t r = a0; r < a1; ++r) k.round_bf16(dy + r * N, ws.dy_round.get() + r * N, N);
+        // x^T in 16 x 16 blocks, so both sides stay in cache lines.
         const auto [k0, k1] = static_range(K, w, n);
-        for (int64_t kk = k0; kk < k1; ++kk) {
-          float* dst = ws.xt.get() + kk * R;
-          for (int64_t r = 0; r < R; ++r) dst[r] = xs[r * K + kk];
+        for (int64_t rb = 0; rb < R; rb += 16) {
+          const int64_t re = std::min(R, rb + 16);
+          for (int64_t kb = k0; kb < k1; kb += 16) {
+            const int64_t ke = std::min(k1, kb + 16);
+            for (int64_t r = rb; r < re; ++r)
+              for (int64_t kk = kb; kk < ke; ++kk) ws.xt[sz(kk * R + r)] = xs[r * K + kk];
+          }
         }
       }
       barrier.wait();

@@ -66,6 +66,9 @@ struct Trainer::Impl {
   ParameterRegistry registry;
   TrainerOptions options;
   std::vector<float> params, m, v, ema, grad;
+  bool grad_valid = false;
+  // The next step's state is built here and swapped in on success: no allocation per step.
+  std::vector<float> next_params, next_m, next_v, next_ema, trained_grad;
   int64_t completed = 0;
   std::vector<std::pair<int64_t, int64_t>> frozen;  // [offset, offset + count) of frozen tensors
   train::RopeTables<float> rope;
@@ -147,7 +150,7 @@ Trainer Trainer::from_state(const ModelConfig& config, TrainerState state, const
 
 uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   Impl& s = *impl_;
-  s.grad.clear();
+  s.grad_valid = false;
   check_ids(s.config, ids);
   const float rate = lr.value_or(s.options.adamw.lr);
   if (lr) {
@@ -157,22 +160,21 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   }
   FloatEnvScope env;
   const size_t n = s.params.size();
-  std::vector<float> grad(n);
-  const float loss = s.loss_and_gradient(ids, grad.data());
+  s.grad.resize(n);
+  const float loss = s.loss_and_gradient(ids, s.grad.data());
   if (!std::isfinite(loss))
     throw Error(ErrorKind::state, "the loss of step " + std::to_string(s.completed + 1) + " is not finite (" +
                                       std::to_string(loss) + "); the step was not applied");
   for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(grad[i]))
+    if (!std::isfinite(s.grad[i]))
       throw Error(ErrorKind::state, "the gradient of step " + std::to_string(s.completed + 1) +
                                         " is not finite at element " + std::to_string(i) + "; the step was not applied");
   // Frozen tensors take no update: their gradient leaves the norm and the update.
-  std::vector<float> trained_grad;
-  const float* g = grad.data();
+  const float* g = s.grad.data();
   if (!s.frozen.empty()) {
-    trained_grad = grad;
-    for (const auto& [begin, end] : s.frozen) std::fill(trained_grad.begin() + begin, trained_grad.begin() + end, 0.0f);
-    g = trained_grad.data();
+    s.trained_grad = s.grad;
+    for (const auto& [begin, end] : s.frozen) std::fill(s.trained_grad.begin() + begin, s.trained_grad.begin() + end, 0.0f);
+    g = s.trained_grad.data();
   }
   const int64_t t = s.completed + 1;
   const float scale = s.options.adamw.clip_norm > 0.0f
@@ -180,28 +182,30 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
                           : 1.0f;
   const AdamWOptions& o = s.options.adamw;
   const ref::AdamWScalars scalars = ref::adamw_scalars(rate, o.beta1, o.beta2, o.eps, o.weight_decay, t);
-  std::vector<float> p_new(n), m_new(n), v_new(n), ema_new(s.ema.size());
+  s.next_params.resize(n);
+  s.next_m.resize(n);
+  s.next_v.resize(n);
+  s.next_ema.resize(s.ema.size());
   const double ema_decay = s.options.ema_decay > 0.0f ? ema_decay_at(s.options.ema_decay, t) : 0.0;
-  // Element-wise and independent: split across the pool in fixed blocks (any split gives the
-  // same bits).
+  // Element-wise and independent: split across the pool (any split gives the same bits).
   s.pool->run(s.options.device == Device::reference ? 1 : s.threads(), [&](int w, int nw) {
     const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
-    ref::adamw_update(scalars, scale, g + b, s.params.data() + b, s.m.data() + b, s.v.data() + b, p_new.data() + b,
-                      m_new.data() + b, v_new.data() + b, e - b);
-    if (!s.ema.empty()) ref::ema_update(ema_decay, s.ema.data() + b, p_new.data() + b, ema_new.data() + b, e - b);
+    ref::adamw_update(scalars, scale, g + b, s.params.data() + b, s.m.data() + b, s.v.data() + b,
+                      s.next_params.data() + b, s.next_m.data() + b, s.next_v.data() + b, e - b);
+    if (!s.ema.empty()) ref::ema_update(ema_decay, s.ema.data() + b, s.next_params.data() + b, s.next_ema.data() + b, e - b);
   });
   for (const auto& [begin, end] : s.frozen) {
-    std::copy(s.params.begin() + begin, s.params.begin() + end, p_new.begin() + begin);
-    std::copy(s.m.begin() + begin, s.m.begin() + end, m_new.begin() + begin);
-    std::copy(s.v.begin() + begin, s.v.begin() + end, v_new.begin() + begin);
-    if (!s.ema.empty()) std::copy(s.ema.begin() + begin, s.ema.begin() + end, ema_new.begin() + begin);
+    std::copy(s.params.begin() + begin, s.params.begin() + end, s.next_params.begin() + begin);
+    std::copy(s.m.begin() + begin, s.m.begin() + end, s.next_m.begin() + begin);
+    std::copy(s.v.begin() + begin, s.v.begin() + end, s.next_v.begin() + begin);
+    if (!s.ema.empty()) std::copy(s.ema.begin() + begin, s.ema.begin() + end, s.next_ema.begin() + begin);
   }
   // Commit: nothing below can fail.
-  s.params.swap(p_new);
-  s.m.swap(m_new);
-  s.v.swap(v_new);
-  s.ema.swap(ema_new);
-  s.grad.swap(grad);
+  s.params.swap(s.next_params);
+  s.m.swap(s.next_m);
+  s.v.swap(s.next_v);
+  s.ema.swap(s.next_ema);
+  s.grad_valid = true;
   s.completed = t;
   return std::bit_cast<uint32_t>(loss);
 }
@@ -219,7 +223,9 @@ std::span<const float> Trainer::parameters() const { return impl_->params; }
 std::span<const float> Trainer::m() const { return impl_->m; }
 std::span<const float> Trainer::v() const { return impl_->v; }
 std::span<const float> Trainer::ema() const { return impl_->ema; }
-std::span<const float> Trainer::gradient() const { return impl_->grad; }
+std::span<const float> Trainer::gradient() const {
+  return impl_->grad_valid ? std::span<const float>(impl_->grad) : std::span<const float>();
+}
 int64_t Trainer::completed_steps() const { return impl_->completed; }
 std::string Trainer::parameters_sha256() const { return sha256_f32_le(impl_->params); }
 

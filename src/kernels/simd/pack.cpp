@@ -50,33 +50,48 @@ float maybe_round(float v, bool bf16) { return bf16 ? ref::round_bf16(v) : v; }
 
 void pack_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16) {
   const int64_t NR = out.panel, K = out.K;
-  const int64_t c0 = p0 * NR, c1 = std::min(out.N, p1 * NR);
   int64_t part_begin = 0;
   for (int i = 0; i < n_parts; ++i) {
-    const int64_t N = parts[i].N;
-    const int64_t lo = std::max(c0, part_begin), hi = std::min(c1, part_begin + N);
-    for (int64_t k = 0; k < K && lo < hi; ++k) {
-      const float* src = parts[i].w + k * N - part_begin;
-      for (int64_t col = lo; col < hi; ++col)
-        out.data[static_cast<size_t>((col / NR) * K * NR + k * NR + col % NR)] = maybe_round(src[col], bf16);
+    const int64_t N = parts[i].N, part_end = part_begin + N;
+    for (int64_t p = std::max(p0, part_begin / NR); p < p1 && p * NR < part_end; ++p) {
+      // The columns of panel p that belong to this part: one contiguous run per source row.
+      const int64_t lo = std::max(p * NR, part_begin), hi = std::min((p + 1) * NR, part_end);
+      const float* src = parts[i].w + (lo - part_begin);
+      float* dst = out.data.get() + p * K * NR + (lo - p * NR);
+      const int64_t run = hi - lo;
+      for (int64_t k = 0; k < K; ++k, src += N, dst += NR) {
+        if (bf16) {
+          for (int64_t j = 0; j < run; ++j) dst[j] = ref::round_bf16(src[j]);
+        } else {
+          std::memcpy(dst, src, static_cast<size_t>(run) * sizeof(float));
+        }
+      }
     }
-    part_begin += N;
+    part_begin = part_end;
   }
 }
 
 void pack_transposed_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16) {
-  // out is [Ksum, Kw] with Ksum = sum N_i the reduction and Kw (the parts' K) the columns.
-  const int64_t NR = out.panel, Ksum = out.K;
-  const int64_t c0 = p0 * NR, c1 = std::min(out.N, p1 * NR);
-  int64_t row_begin = 0;
-  for (int i = 0; i < n_parts; ++i) {
-    const int64_t N = parts[i].N;
-    for (int64_t col = c0; col < c1; ++col) {  // a row of the part: w[col][0..N)
-      const float* src = parts[i].w + col * N;
-      float* dst = out.data.get() + (col / NR) * Ksum * NR + col % NR;
-      for (int64_t j = 0; j < N; ++j) dst[(row_begin + j) * NR] = maybe_round(src[j], bf16);
+  // out is [Ksum, Kw] with Ksum = sum N_i the reduction and Kw (the parts' K) the columns: panel p
+  // holds rows [p NR, (p + 1) NR) of every part, lane = row, one panel row per part column.
+  const int64_t NR = out.panel, Ksum = out.K, Kw = out.N;
+  constexpr int64_t kBlock = 64;  // part columns per pass, so the panel rows written stay in L1
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t r0 = p * NR, lanes = std::min(NR, Kw - r0);
+    float* panel = out.data.get() + p * Ksum * NR;
+    int64_t row_begin = 0;
+    for (int i = 0; i < n_parts; ++i) {
+      const int64_t N = parts[i].N;
+      for (int64_t j0 = 0; j0 < N; j0 += kBlock) {
+        const int64_t j1 = std::min(N, j0 + kBlock);
+        for (int64_t lane = 0; lane < lanes; ++lane) {
+          const float* src = parts[i].w + (r0 + lane) * N;
+          float* dst = panel + (row_begin) * NR + lane;
+          for (int64_t j = j0; j < j1; ++j) dst[j * NR] = maybe_round(src[j], bf16);
+        }
+      }
+      row_begin += N;
     }
-    row_begin += N;
   }
 }
 
