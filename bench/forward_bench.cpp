@@ -11,6 +11,7 @@
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/session.hpp"
 #include "lockstep/trainer.hpp"
 
 #include <map>
@@ -123,6 +124,31 @@ void BM_Forward(benchmark::State& state) {
 }
 BENCHMARK(BM_Forward)->Args({0, 0})->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})
     ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// A 200-token sampling loop in process: a session appending one greedy token at a time after a
+// 16-byte prompt. Args {shape, threads}.
+void BM_Decode(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const ModelConfig c = shape_config(which);
+  ModelOptions options;
+  options.threads = threads;
+  const auto model = Model::from_parameters(c, shape_parameters(which), options);
+  const std::vector<int32_t> prompt(16, 'a');
+  for (auto _ : state) {
+    Session session(model, {Device::cpu, threads});
+    std::vector<float> logits = session.append(prompt);
+    for (int i = 0; i < 200; ++i) {
+      const int32_t next[] = {greedy_choice(logits)};
+      logits = session.append(next);
+    }
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetLabel(shape_name(which));
+  state.counters["tokens"] = benchmark::Counter(200, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Decode)->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 
 // One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
 void BM_TrainStep(benchmark::State& state) {

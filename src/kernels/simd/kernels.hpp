@@ -16,12 +16,9 @@ struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
-inline AlignedFloats aligned_floats(size_t n) {
-  const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-  if (!p) throw std::bad_alloc();
-  return AlignedFloats(static_cast<float*>(p));
-}
+// n floats, 64-byte aligned; from 4 MiB up, 2 MiB aligned and advised onto huge pages where the
+// system gives them (fewer TLB misses when decoding streams every weight once per token).
+AlignedFloats aligned_floats(size_t n);
 
 // A matrix B [K, N] repacked for the matmul kernel: panels of `panel` columns, each panel stored
 // k-major ([K][panel], columns past N zero), so the kernel streams one contiguous block.

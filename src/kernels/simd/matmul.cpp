@@ -77,9 +77,61 @@ HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const f
   }
 }
 
+// Few rows (decoding): MR rows times P panels at once, so that enough independent chains cover
+// the FMA latency and P streams of B are in flight. Panels are full (cols == NR).
+template <int MR, int P>
+HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, int64_t panel_stride,
+                         int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t NR = kVectors * N;
+  hn::Vec<DF> acc[MR][P][kVectors];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < P; ++q)
+      for (int v = 0; v < kVectors; ++v)
+        acc[i][q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + i * ldc + q * NR + v * N);
+  for (int64_t k = 0; k < kc; ++k) {
+    hn::Vec<DF> ai[MR];
+    for (int i = 0; i < MR; ++i) ai[i] = hn::Set(d, a[i * lda + k]);
+    for (int q = 0; q < P; ++q) {
+      const float* bk = b + q * panel_stride + k * NR;
+      for (int v = 0; v < kVectors; ++v) {
+        const auto bv = hn::Load(d, bk + v * N);
+        for (int i = 0; i < MR; ++i) acc[i][q][v] = hn::MulAdd(ai[i], bv, acc[i][q][v]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < P; ++q)
+      for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][q][v], d, c + i * ldc + q * NR + v * N);
+}
+
+// M rows (M * P <= 4) over panels [p, p_end): groups of P full panels, then one panel at a time.
+template <int MR, int P>
+HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, int64_t p, int64_t p_end, float* c,
+                        int64_t ldc) {
+  const int64_t K = b.K, NR = b.panel;
+  const int64_t full_end = std::min(p_end, b.N / NR);  // panels with every column real
+  for (; p + P <= full_end; p += P) {
+    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, K - k0);
+      WideTile<MR, P>(a + k0, lda, b.panel_data(p) + k0 * NR, K * NR, kc, c + p * NR, ldc, k0 == 0);
+    }
+  }
+  for (; p < p_end; ++p) {
+    const int64_t cols = std::min<int64_t>(NR, b.N - p * NR);
+    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, K - k0);
+      Tile<MR>(a + k0, lda, b.panel_data(p) + k0 * NR, kc, c + p * NR, ldc, k0 == 0, cols);
+    }
+  }
+}
+
 void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
             int64_t p_end, float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
+  if (K > 0 && M == 1) return FewRows<1, 4>(a, lda, b, p_begin, p_end, c, ldc);
+  if (K > 0 && M == 2) return FewRows<2, 2>(a, lda, b, p_begin, p_end, c, ldc);
   for (int64_t p = p_begin; p < p_end; ++p) {
     const float* bp = b.panel_data(p);
     const int64_t col0 = p * NR;

@@ -1,4 +1,6 @@
 // Repacking weight matrices into the matmul kernel's panel layout (kernels.hpp, PackedMatrix).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -8,6 +10,17 @@
 #include "kernels/simd/packed_weights.hpp"
 
 namespace lockstep::simd {
+
+AlignedFloats aligned_floats(size_t n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = n * sizeof(float);
+  const size_t align = bytes >= 2 * kHuge ? kHuge : 64;
+  const size_t rounded = std::max(align, ((bytes + align - 1) / align) * align);
+  void* p = std::aligned_alloc(align, rounded);
+  if (!p) throw std::bad_alloc();
+  if (align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);
+  return AlignedFloats(static_cast<float*>(p));
+}
 
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K) {
   PackedMatrix out;
