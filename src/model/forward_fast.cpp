@@ -77,20 +77,43 @@ Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, 
   return p;
 }
 
-// The (token, head) pairs of worker w of n, balanced by cost (a query at position p reads p + 1
-// keys): pairs [begin, end) in token-major order.
-std::pair<int64_t, int64_t> attention_share(const Plan& p, int32_t heads, int w, int n) {
+// Attention's work: up to kQueriesPerItem consecutive tokens of one row for one head, which
+// share the loads of the row's keys and values. Cost: the keys its queries read.
+constexpr int kQueriesPerItem = 3;
+struct AttentionItem {
+  int64_t token;
+  int32_t count;
+  int32_t head;
+  int64_t cost;
+};
+
+std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWork> rows, int32_t heads) {
+  std::vector<AttentionItem> items;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t first = p.first[r], count = rows[r].out_end - rows[r].start;
+    for (int64_t t = 0; t < count; t += kQueriesPerItem) {
+      const int32_t n = static_cast<int32_t>(std::min<int64_t>(kQueriesPerItem, count - t));
+      int64_t cost = 0;
+      for (int32_t i = 0; i < n; ++i) cost += p.token_pos[static_cast<size_t>(first + t + i)] + 1;
+      for (int32_t h = 0; h < heads; ++h) items.push_back({first + t, n, h, cost});
+    }
+  }
+  return items;
+}
+
+// Items [begin, end) of worker w of n, balanced by cost.
+std::pair<int64_t, int64_t> item_share(const std::vector<AttentionItem>& items, int w, int n) {
   int64_t total = 0;
-  for (int64_t i = 0; i < p.tokens; ++i) total += (p.token_pos[static_cast<size_t>(i)] + 1) * heads;
+  for (const AttentionItem& it : items) total += it.cost;
   const int64_t lo = total * w / n, hi = total * (w + 1) / n;
-  int64_t begin = -1, end = p.tokens * heads, cost = 0;
-  for (int64_t u = 0; u < p.tokens * heads; ++u) {
+  int64_t begin = -1, end = static_cast<int64_t>(items.size()), cost = 0;
+  for (int64_t u = 0; u < static_cast<int64_t>(items.size()); ++u) {
     if (begin < 0 && cost >= lo) begin = u;
     if (cost >= hi) {
       end = u;
       break;
     }
-    cost += p.token_pos[static_cast<size_t>(u / heads)] + 1;
+    cost += items[static_cast<size_t>(u)].cost;
   }
   if (begin < 0) begin = end;
   return {begin, end};
@@ -134,6 +157,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
     if (!r.cache) fresh += 2 * static_cast<int64_t>(r.out_end) * kv_dim;
   simd::AlignedFloats kv_scratch = simd::aligned_floats(static_cast<size_t>(std::max<int64_t>(fresh, 1)));
   const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch.get());
+  const std::vector<AttentionItem> items = attention_items(plan, rows, c.n_heads);
   const int64_t R = plan.tokens;
   const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
   bool want_logits = false;
@@ -150,7 +174,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   simd::AlignedFloats gu = simd::aligned_floats(static_cast<size_t>(R * 2 * ff));
   simd::AlignedFloats h = simd::aligned_floats(static_cast<size_t>(R * ff));
   simd::AlignedFloats o = simd::aligned_floats(static_cast<size_t>(R * d));
-  simd::AlignedFloats scores = simd::aligned_floats(static_cast<size_t>(n_threads * plan.longest));
+  simd::AlignedFloats scores = simd::aligned_floats(static_cast<size_t>(n_threads * kQueriesPerItem * plan.longest));
   simd::AlignedFloats out_x = simd::aligned_floats(static_cast<size_t>(std::max<int64_t>(R_out * d, 1)));
   simd::AlignedFloats out_logits = simd::aligned_floats(static_cast<size_t>(want_logits ? R_out * vocab : 1));
   Barrier barrier(n_threads);
@@ -191,20 +215,23 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
                     static_cast<size_t>(kv_dim) * sizeof(float));
       }
       barrier.wait();
-      // Attention for each (token, head) pair over the row's positions [0, pos].
+      // Attention: each query over its row's positions [0, pos].
       {
-        const auto [u0, u1] = attention_share(plan, c.n_heads, w, n);
-        float* scratch = scores.get() + static_cast<int64_t>(w) * plan.longest;
+        const auto [u0, u1] = item_share(items, w, n);
+        float* scratch = scores.get() + static_cast<int64_t>(w) * kQueriesPerItem * plan.longest;
         for (int64_t u = u0; u < u1; ++u) {
-          const int64_t t = u / c.n_heads;
-          const int32_t head = static_cast<int32_t>(u % c.n_heads);
-          const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
-          const int64_t g = head / group;
-          float* out = att.get() + t * q_dim + head * hd;
-          k.attention(qkv.get() + t * qkv_ld + head * hd, kv.keys + l * kv.layer_stride + g * hd * kv.ld, kv.ld,
-                      kv.values + l * kv.layer_stride + g * hd, kv_dim, plan.token_pos[static_cast<size_t>(t)] + 1,
-                      static_cast<int32_t>(hd), m.attention_scale, out, scratch);
-          if (bf16) k.round_bf16(out, out, hd);
+          const AttentionItem& it = items[static_cast<size_t>(u)];
+          const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(it.token)])];
+          const int64_t g = it.head / group;
+          int64_t keys[kQueriesPerItem];
+          for (int32_t i = 0; i < it.count; ++i) keys[i] = plan.token_pos[static_cast<size_t>(it.token + i)] + 1;
+          float* out = att.get() + it.token * q_dim + it.head * hd;
+          k.attention_queries(qkv.get() + it.token * qkv_ld + it.head * hd, qkv_ld, keys, it.count,
+                              kv.keys + l * kv.layer_stride + g * hd * kv.ld, kv.ld,
+                              kv.values + l * kv.layer_stride + g * hd, kv_dim, static_cast<int32_t>(hd),
+                              m.attention_scale, out, q_dim, scratch);
+          if (bf16)
+            for (int32_t i = 0; i < it.count; ++i) k.round_bf16(out + i * q_dim, out + i * q_dim, hd);
         }
       }
       barrier.wait();

@@ -161,6 +161,35 @@ TEST(Attention, EqualsReferenceWithTransposedKeys) {
   }
 }
 
+TEST(Attention, SeveralQueriesAtOnceEqualOneAtATime) {
+  uint64_t seed = 700;
+  for (const Kernels* k : targets()) {
+    for (int nq : {1, 2, 3}) {
+      for (int n0 : {1, 2, 7, 8, 9, 15, 16, 31, 32, 33, 40, 64, 97}) {
+        for (int hd : {2, 6, 8, 16, 24, 32, 40, 64}) {
+          const int64_t step = (nq == 3 && n0 % 2) ? 2 : 1;  // consecutive positions, or a wider gap
+          int64_t n[3] = {n0, n0 + step, n0 + 2 * step};
+          if (nq < 3 && n0 % 3 == 0) n[1] = n0;              // equal lengths (a group's heads)
+          const int64_t n_max = n[nq - 1], ldk = n_max + 3, ldv = hd + 5, q_stride = hd + 2, out_stride = hd + 1;
+          const auto q = test::random_floats(nq * q_stride, seed++);
+          const auto kt = test::random_floats(hd * ldk, seed++);
+          const auto v = test::random_floats(n_max * ldv, seed++);
+          const float scale = ref::attention_scale<float>(hd);
+          std::vector<float> want(static_cast<size_t>(nq * out_stride), 0.0f), got(want.size(), 0.0f);
+          std::vector<float> scratch(static_cast<size_t>(nq * n_max));
+          for (int i = 0; i < nq; ++i)
+            k->attention(q.data() + i * q_stride, kt.data(), ldk, v.data(), ldv, n[i], hd, scale,
+                         want.data() + i * out_stride, scratch.data());
+          k->attention_queries(q.data(), q_stride, n, nq, kt.data(), ldk, v.data(), ldv, hd, scale, got.data(),
+                               out_stride, scratch.data());
+          expect_same(got, want, std::string(k->name) + " attention_queries nq=" + std::to_string(nq) +
+                                     " n0=" + std::to_string(n0) + " hd=" + std::to_string(hd));
+        }
+      }
+    }
+  }
+}
+
 TEST(Elementwise, SwigluAddAndBf16EqualReference) {
   uint64_t seed = 900;
   for (const Kernels* k : targets()) {

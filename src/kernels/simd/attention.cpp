@@ -99,6 +99,141 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   }
 }
 
+// Scores of QB queries at once over U vectors of keys: acc[i][u] lanes j0 + u N + lane, each a
+// chain over d of q_i[d] * kt[d, j] as Scores computes it; the keys' loads are shared.
+template <int QB, int U>
+HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT kt,
+                            int64_t ldk, int64_t j0, int32_t head_dim, hn::Vec<DF> scale, float* scores,
+                            int64_t ld_scores) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[QB][U];
+  for (int i = 0; i < QB; ++i)
+    for (int u = 0; u < U; ++u) acc[i][u] = hn::Zero(d);
+  for (int32_t dd = 0; dd < head_dim; ++dd) {
+    const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
+    hn::Vec<DF> kv[U];
+    for (int u = 0; u < U; ++u) kv[u] = hn::LoadU(d, row + u * N);
+    for (int i = 0; i < QB; ++i) {
+      const auto qd = hn::Set(d, q[i * q_stride + dd]);
+      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(qd, kv[u], acc[i][u]);
+    }
+  }
+  for (int i = 0; i < QB; ++i)
+    for (int u = 0; u < U; ++u) hn::StoreU(hn::Mul(acc[i][u], scale), d, scores + i * ld_scores + j0 + u * N);
+}
+
+// out_i[d0 .. d0 + U N) += chain over j in [j_begin, j_end) of e_i[j] * v_j[d], for QB queries
+// sharing the values' loads; the running sums live in out (exact round trips).
+template <int QB, int U>
+HWY_INLINE void CombineMulti(const float* HWY_RESTRICT e, int64_t ld_e, const float* HWY_RESTRICT v, int64_t ldv,
+                             int64_t j_begin, int64_t j_end, int32_t d0, bool first, float* out, int64_t out_stride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[QB][U];
+  for (int i = 0; i < QB; ++i)
+    for (int u = 0; u < U; ++u) acc[i][u] = first ? hn::Zero(d) : hn::LoadU(d, out + i * out_stride + d0 + u * N);
+  for (int64_t j = j_begin; j < j_end; ++j) {
+    const float* row = v + j * ldv + d0;
+    hn::Vec<DF> vv[U];
+    for (int u = 0; u < U; ++u) vv[u] = hn::LoadU(d, row + u * N);
+    for (int i = 0; i < QB; ++i) {
+      const auto ej = hn::Set(d, e[i * ld_e + j]);
+      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(ej, vv[u], acc[i][u]);
+    }
+  }
+  for (int i = 0; i < QB; ++i)
+    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + i * out_stride + d0 + u * N);
+}
+
+// out_i[d] += chain over j in [j_begin, j_end) of e_i[j] * v_j[d] for the QB queries, every d.
+template <int QB>
+HWY_INLINE void CombineAll(const float* e, int64_t ld_e, const float* v, int64_t ldv, int64_t j_begin, int64_t j_end,
+                           int32_t head_dim, bool first, float* out, int64_t out_stride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int32_t d0 = 0;
+  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N))
+    CombineMulti<QB, 4>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
+  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
+    CombineMulti<QB, 1>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
+  for (; d0 < head_dim; ++d0) {
+    for (int i = 0; i < QB; ++i) {
+      float acc = first ? 0.0f : out[i * out_stride + d0];
+      for (int64_t j = j_begin; j < j_end; ++j) acc = ref::fma_f32(e[i * ld_e + j], v[j * ldv + d0], acc);
+      out[i * out_stride + d0] = acc;
+    }
+  }
+}
+
+// Attention for QB queries of one key/value head, query i reading keys [0, n[i]) with
+// n[0] <= n[1] <= ... (consecutive positions of one row, or the heads of one group at one
+// position). Every value is the single-query kernel's: scores, max, exponentials and l per
+// query, then the weighted sums over the keys all queries read, shared, and each query's own
+// remaining keys after them in the same order. scratch: QB * n[QB - 1] floats.
+template <int QB>
+void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, const float* HWY_RESTRICT kt,
+                    int64_t ldk, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
+                    float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_max = n[QB - 1], n_min = n[0];
+  const int64_t ld = n_max;  // scratch row stride
+  const auto scale_v = hn::Set(d, scale);
+  // Scores over the keys every query's block covers (keys past a query's own n are later
+  // positions of the same sequence: defined, and ignored below).
+  int64_t j = 0;
+  for (; j + 4 * N <= n_max; j += 4 * N) ScoresMulti<QB, 4>(q, q_stride, kt, ldk, j, head_dim, scale_v, scratch, ld);
+  for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, ldk, j, head_dim, scale_v, scratch, ld);
+  const int64_t vector_end = j;
+  float l[QB];
+  for (int i = 0; i < QB; ++i) {
+    const float* qi = q + i * q_stride;
+    float* s = scratch + i * ld;
+    for (int64_t jj = vector_end; jj < n[i]; ++jj) {
+      float dot = 0.0f;
+      for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(qi[dd], kt[static_cast<int64_t>(dd) * ldk + jj], dot);
+      s[jj] = dot * scale;
+    }
+    // max over [0, n_i), then e = exp(s - m) and l = chain of e.
+    auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+    int64_t jj = 0;
+    for (; jj + N <= n[i]; jj += N) mv = MaxSkipNaN(mv, hn::LoadU(d, s + jj));
+    float m = -std::numeric_limits<float>::infinity();
+    for (; jj < n[i]; ++jj) m = ref::max_skip_nan(m, s[jj]);
+    m = ReduceMaxSkipNaN(d, mv, m);
+    const auto m_v = hn::Set(d, m);
+    for (jj = 0; jj + N <= n[i]; jj += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, s + jj), m_v)), d, s + jj);
+    for (; jj < n[i]; ++jj) s[jj] = ref::exp_f32(s[jj] - m);
+    float li = 0.0f;
+    for (jj = 0; jj < n[i]; ++jj) li = li + s[jj];
+    l[i] = li;
+  }
+  // Weighted sums: keys [0, n_min) for all queries at once, then each query's own tail.
+  CombineAll<QB>(scratch, ld, v, ldv, 0, n_min, head_dim, true, out, out_stride);
+  for (int i = 1; i < QB; ++i)
+    if (n[i] > n_min) CombineAll<1>(scratch + i * ld, ld, v, ldv, n_min, n[i], head_dim, false, out + i * out_stride, out_stride);
+  for (int i = 0; i < QB; ++i) {
+    float* o = out + i * out_stride;
+    const auto l_v = hn::Set(d, l[i]);
+    int32_t dd = 0;
+    for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
+    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l[i];
+  }
+}
+
+void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
+                      const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
+                      float* scratch) {
+  switch (nq) {
+    case 3: return AttentionMulti<3>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
+    case 2: return AttentionMulti<2>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
+    default:
+      for (int i = 0; i < nq; ++i)
+        Attention(q + i * q_stride, kt, ldk, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
+  }
+}
+
 // dst[j0 .. j0 + U N) = chain over d of row[d] * t[d, j] (t transposed, row stride ldt): the
 // dot products of one vector with U N columns at once, lanes along j.
 template <int U>
@@ -259,6 +394,7 @@ void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const floa
 
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
+  k.attention_queries = &AttentionQueries;
   k.attention_backward = &AttentionBackward;
 }
 
@@ -295,8 +431,16 @@ void AttentionBackward(const float* q, int64_t q_stride, const float* k, const f
                                  head_dim, scale, scratch);
 }
 
+void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
+                      const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
+                      float* scratch) {
+  for (int i = 0; i < nq; ++i)
+    Attention(q + i * q_stride, kt, ldk, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
+}
+
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
+  k.attention_queries = &AttentionQueries;
   k.attention_backward = &AttentionBackward;
 }
 

@@ -50,6 +50,13 @@ struct Kernels {
   // kt[d * ldk + j]); values v [n, ldv]. scratch holds n floats.
   void (*attention)(const float* q, const float* kt, int64_t ldk, const float* v, int64_t ldv,
                     int64_t n, int32_t head_dim, float scale, float* out, float* scratch) = nullptr;
+  // ref::attention for nq <= 3 queries of one key/value head, query i (at q + i * q_stride)
+  // reading keys [0, n[i]) with n nondecreasing and every key below n[nq - 1] written; outputs at
+  // out + i * out_stride. Sharing the loads of keys and values, each output has the bits of
+  // `attention` alone. scratch holds nq * n[nq - 1] floats.
+  void (*attention_queries)(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
+                            int64_t ldk, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
+                            int64_t out_stride, float* scratch) = nullptr;
   // ref::swiglu.
   void (*swiglu)(const float* gate, const float* up, float* h, int64_t n) = nullptr;
   // x[i] = x[i] + y[i] (the residual add).
