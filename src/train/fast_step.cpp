@@ -124,7 +124,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     ws.xt = aligned_floats(sz(R * std::max({d, ff, qd})));
     ws.dy_round = aligned_floats(sz(R * wide));
     ws.wtemp = aligned_floats(sz(d * wide));
-    ws.scores = aligned_floats(sz(nt * L));
+    ws.scores = aligned_floats(sz(nt * 3 * L));
     ws.attn_scratch = aligned_floats(sz(nt * 2 * group * L * L));
     ws.dy_packed = simd::allocate_packed(k, R, wide);
   }
@@ -182,7 +182,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     barrier.wait();
 
     // ---- forward ----
-    float* scores = ws.scores.get() + static_cast<int64_t>(w) * L;
+    float* scores = ws.scores.get() + static_cast<int64_t>(w) * 3 * L;
     for (int32_t l = 0; l < c.n_layers; ++l) {
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
@@ -209,16 +209,23 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       }
       barrier.wait();
       {
-        const auto [u0, u1] = static_range(R * c.n_heads, w, n);
+        // Items of three consecutive positions of one row and one head (attention_queries shares
+        // their key and value loads); equal cost per item up to the causal growth.
+        const int64_t blocks = (L + 2) / 3;
+        const auto [u0, u1] = static_range(rows * blocks * c.n_heads, w, n);
         for (int64_t u = u0; u < u1; ++u) {
-          const int64_t r = u / c.n_heads, b = r / L, t = r % L;
-          const int32_t h = static_cast<int32_t>(u % c.n_heads);
-          const int64_t g = h / group;
+          const int64_t b = u / (blocks * c.n_heads), rest = u % (blocks * c.n_heads);
+          const int64_t t = (rest / c.n_heads) * 3;
+          const int32_t h = static_cast<int32_t>(rest % c.n_heads);
+          const int64_t g = h / group, r = b * L + t;
+          const int32_t count = static_cast<int32_t>(std::min<int64_t>(3, L - t));
+          const int64_t keys[3] = {t + 1, t + 2, t + 3};
           float* out = a.att.get() + r * qd + h * hd;
-          k.attention(a.qkv.get() + r * qkv_ld + h * hd, a.kt.get() + (b * kv + g * hd) * L, L,
-                      a.qkv.get() + (b * L) * qkv_ld + qd + kv + g * hd, qkv_ld, t + 1, static_cast<int32_t>(hd), scale,
-                      out, scores);
-          if (bf16) k.round_bf16(out, out, hd);
+          k.attention_queries(a.qkv.get() + r * qkv_ld + h * hd, qkv_ld, keys, count, a.kt.get() + (b * kv + g * hd) * L, L,
+                              a.qkv.get() + (b * L) * qkv_ld + qd + kv + g * hd, qkv_ld, static_cast<int32_t>(hd), scale,
+                              out, qd, scores);
+          if (bf16)
+            for (int32_t i = 0; i < count; ++i) k.round_bf16(out + i * qd, out + i * qd, hd);
         }
       }
       barrier.wait();

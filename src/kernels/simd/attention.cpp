@@ -234,51 +234,146 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
   }
 }
 
-// dst[j0 .. j0 + U N) = chain over d of row[d] * t[d, j] (t transposed, row stride ldt): the
-// dot products of one vector with U N columns at once, lanes along j.
-template <int U>
-HWY_INLINE void Dots(const float* HWY_RESTRICT row, const float* HWY_RESTRICT t, int64_t ldt, int64_t j0,
-                     int32_t head_dim, float* HWY_RESTRICT dst) {
+// out_j[d0 .. d0 + U N) for keys j0 .. j0 + KB - 1: chains over the group's heads h, then
+// queries t = j..T-1, of w_h[t, j] * y_h,t[d] (w: P or dS, [group][T][T]; y: dout or q rows).
+// Each key's chain runs in the reference's order; the keys of a block share the loads of y.
+template <int KB, int U>
+HWY_INLINE void KeyBlock(const float* HWY_RESTRICT w, int64_t T, int32_t group, const float* HWY_RESTRICT y,
+                         int64_t y_stride, int32_t head_dim, int64_t j0, int32_t d0, float* HWY_RESTRICT out,
+                         int64_t out_stride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[U];
-  for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
-  for (int32_t dd = 0; dd < head_dim; ++dd) {
-    const auto rd = hn::Set(d, row[dd]);
-    const float* tr = t + static_cast<int64_t>(dd) * ldt + j0;
-    for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(rd, hn::LoadU(d, tr + u * N), acc[u]);
+  hn::Vec<DF> acc[KB][U];
+  for (int i = 0; i < KB; ++i)
+    for (int u = 0; u < U; ++u) acc[i][u] = hn::Zero(d);
+  for (int32_t h = 0; h < group; ++h) {
+    const float* wh = w + static_cast<int64_t>(h) * T * T + j0;
+    const float* yh = y + static_cast<int64_t>(h) * head_dim + d0;
+    // Queries before the block's last key reach only the keys at or below them.
+    for (int64_t t = j0; t < j0 + KB - 1 && t < T; ++t) {
+      hn::Vec<DF> yv[U];
+      for (int u = 0; u < U; ++u) yv[u] = hn::LoadU(d, yh + t * y_stride + u * N);
+      for (int i = 0; i < KB; ++i) {
+        if (j0 + i > t) break;
+        const auto wv = hn::Set(d, wh[t * T + i]);
+        for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wv, yv[u], acc[i][u]);
+      }
+    }
+    for (int64_t t = j0 + KB - 1; t < T; ++t) {
+      hn::Vec<DF> yv[U];
+      for (int u = 0; u < U; ++u) yv[u] = hn::LoadU(d, yh + t * y_stride + u * N);
+      for (int i = 0; i < KB; ++i) {
+        const auto wv = hn::Set(d, wh[t * T + i]);
+        for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wv, yv[u], acc[i][u]);
+      }
+    }
   }
-  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, dst + j0 + u * N);
+  for (int i = 0; i < KB; ++i)
+    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + (j0 + i) * out_stride + d0 + u * N);
 }
 
-// dst[j] for j in [0, n) as Dots, with scalar chains for the tail.
-HWY_INLINE void AllDots(const float* row, const float* t, int64_t ldt, int64_t n, int32_t head_dim, float* dst) {
+// Every key's gradient out_j[d] (the chains of KeyBlock) for keys [0, T).
+void KeyGrads(const float* w, int64_t T, int32_t group, const float* y, int64_t y_stride, int32_t head_dim,
+              float* out, int64_t out_stride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int KB = 4;
+  int64_t j0 = 0;
+  for (; j0 + KB <= T; j0 += KB) {
+    int32_t d0 = 0;
+    for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N))
+      KeyBlock<KB, 2>(w, T, group, y, y_stride, head_dim, j0, d0, out, out_stride);
+    for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
+      KeyBlock<KB, 1>(w, T, group, y, y_stride, head_dim, j0, d0, out, out_stride);
+    for (; d0 < head_dim; ++d0) {
+      for (int64_t j = j0; j < j0 + KB; ++j) {
+        float acc = 0.0f;
+        for (int32_t h = 0; h < group; ++h)
+          for (int64_t t = j; t < T; ++t)
+            acc = ref::fma_f32(w[(static_cast<int64_t>(h) * T + t) * T + j], y[t * y_stride + static_cast<int64_t>(h) * head_dim + d0], acc);
+        out[j * out_stride + d0] = acc;
+      }
+    }
+  }
+  for (; j0 < T; ++j0) {
+    int32_t d0 = 0;
+    for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
+      KeyBlock<1, 1>(w, T, group, y, y_stride, head_dim, j0, d0, out, out_stride);
+    for (; d0 < head_dim; ++d0) {
+      float acc = 0.0f;
+      for (int32_t h = 0; h < group; ++h)
+        for (int64_t t = j0; t < T; ++t)
+          acc = ref::fma_f32(w[(static_cast<int64_t>(h) * T + t) * T + j0], y[t * y_stride + static_cast<int64_t>(h) * head_dim + d0], acc);
+      out[j0 * out_stride + d0] = acc;
+    }
+  }
+}
+
+// Rows t0 .. t0 + QB - 1 of dst: the dot products of each query row with the columns of a
+// transposed operand (kt or vt) for j < n_i, times `scale` (1 for dp: an exact no-op).
+template <int QB>
+HWY_INLINE void DotsMulti(const float* rows, int64_t row_stride, const int64_t* n, const float* t, int64_t ldt,
+                          int32_t head_dim, float scale, float* dst, int64_t ld_dst) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_max = n[QB - 1];
+  const auto scale_v = hn::Set(d, scale);
   int64_t j = 0;
-  for (; j + 4 * N <= n; j += 4 * N) Dots<4>(row, t, ldt, j, head_dim, dst);
-  for (; j + N <= n; j += N) Dots<1>(row, t, ldt, j, head_dim, dst);
-  for (; j < n; ++j) {
-    float acc = 0.0f;
-    for (int32_t dd = 0; dd < head_dim; ++dd) acc = ref::fma_f32(row[dd], t[static_cast<int64_t>(dd) * ldt + j], acc);
-    dst[j] = acc;
+  for (; j + 4 * N <= n_max; j += 4 * N) ScoresMulti<QB, 4>(rows, row_stride, t, ldt, j, head_dim, scale_v, dst, ld_dst);
+  for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(rows, row_stride, t, ldt, j, head_dim, scale_v, dst, ld_dst);
+  for (int i = 0; i < QB; ++i) {
+    const float* r = rows + i * row_stride;
+    for (int64_t jj = j; jj < n[i]; ++jj) {
+      float acc = 0.0f;
+      for (int32_t dd = 0; dd < head_dim; ++dd) acc = ref::fma_f32(r[dd], t[static_cast<int64_t>(dd) * ldt + jj], acc);
+      dst[i * ld_dst + jj] = acc * scale;
+    }
   }
 }
 
-// out[d] = chain over j in [0, n) of w[j] * rows_j[d] (rows with stride ld), lanes along d.
-template <int U>
-HWY_INLINE void Combine(const float* HWY_RESTRICT w, const float* HWY_RESTRICT rows, int64_t ld, int64_t n,
-                        int32_t d0, float* HWY_RESTRICT out) {
+// One block of QB consecutive queries of head h: P rows, dS rows and dq (AttentionBackward).
+template <int QB>
+void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* kt, const float* vt, int64_t kv_stride,
+                int64_t ldt, const float* dout, int64_t dout_stride, float* dq, int64_t T, int64_t t0, int32_t head_dim,
+                float scale, float* P, float* DS) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[U];
-  for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
-  for (int64_t j = 0; j < n; ++j) {
-    const auto wj = hn::Set(d, w[j]);
-    const float* row = rows + j * ld + d0;
-    for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(wj, hn::LoadU(d, row + u * N), acc[u]);
+  int64_t n[QB];
+  for (int i = 0; i < QB; ++i) n[i] = t0 + i + 1;
+  float* pt = P + t0 * T;
+  float* dst = DS + t0 * T;
+  DotsMulti<QB>(q + t0 * q_stride, q_stride, n, kt, ldt, head_dim, scale, pt, T);
+  DotsMulti<QB>(dout + t0 * dout_stride, dout_stride, n, vt, ldt, head_dim, 1.0f, dst, T);
+  for (int i = 0; i < QB; ++i) {
+    float* p = pt + i * T;
+    float* ds = dst + i * T;
+    // p = exp(s - m) / l as the forward.
+    auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + N <= n[i]; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, p + j));
+    float m = -std::numeric_limits<float>::infinity();
+    for (; j < n[i]; ++j) m = ref::max_skip_nan(m, p[j]);
+    m = ReduceMaxSkipNaN(d, mv, m);
+    const auto m_v = hn::Set(d, m);
+    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, p + j), m_v)), d, p + j);
+    for (; j < n[i]; ++j) p[j] = ref::exp_f32(p[j] - m);
+    float l = 0.0f;
+    for (j = 0; j < n[i]; ++j) l = l + p[j];
+    const auto l_v = hn::Set(d, l);
+    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(hn::Div(hn::LoadU(d, p + j), l_v), d, p + j);
+    for (; j < n[i]; ++j) p[j] = p[j] / l;
+    // D = chain of p dp; ds = (p (dp - D)) scale.
+    float D = 0.0f;
+    for (j = 0; j < n[i]; ++j) D = ref::fma_f32(p[j], ds[j], D);
+    const auto D_v = hn::Set(d, D), scale_v = hn::Set(d, scale);
+    for (j = 0; j + N <= n[i]; j += N)
+      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, ds + j), D_v)), scale_v), d, ds + j);
+    for (; j < n[i]; ++j) ds[j] = (p[j] * (ds[j] - D)) * scale;
   }
-  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, out + d0 + u * N);
+  // dq_t = chain over j of ds_tj k_j: the keys all QB queries reach together, then each one's own.
+  CombineAll<QB>(dst, T, k, kv_stride, 0, n[0], head_dim, true, dq + t0 * q_stride, q_stride);
+  for (int i = 1; i < QB; ++i)
+    CombineAll<1>(dst + i * T, T, k, kv_stride, n[0], n[i], head_dim, false, dq + (t0 + i) * q_stride, q_stride);
 }
 
 void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT k,
@@ -287,109 +382,20 @@ void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const floa
                        float* HWY_RESTRICT dq, float* HWY_RESTRICT dk, float* HWY_RESTRICT dv, int64_t dkv_stride,
                        int64_t T, int32_t group, int32_t head_dim, float scale, float* HWY_RESTRICT scratch) {
   (void)v;
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   float* P = scratch;
   float* DS = scratch + static_cast<int64_t>(group) * T * T;
-  const auto scale_v = hn::Set(d, scale);
   for (int32_t h = 0; h < group; ++h) {
-    for (int64_t t = 0; t < T; ++t) {
-      const float* qt = q + t * q_stride + static_cast<int64_t>(h) * head_dim;
-      const float* dot_ = dout + t * dout_stride + static_cast<int64_t>(h) * head_dim;
-      float* pt = P + (static_cast<int64_t>(h) * T + t) * T;
-      float* dst = DS + (static_cast<int64_t>(h) * T + t) * T;
-      const int64_t n = t + 1;
-      // p_tj = exp(s_tj - m) / l, s_tj = dot(q, k_j) * scale: the forward's arithmetic.
-      AllDots(qt, kt, ldt, n, head_dim, pt);
-      int64_t j = 0;
-      auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
-      for (; j + N <= n; j += N) {
-        const auto sj = hn::Mul(hn::LoadU(d, pt + j), scale_v);
-        hn::StoreU(sj, d, pt + j);
-        mv = MaxSkipNaN(mv, sj);
-      }
-      float m = -std::numeric_limits<float>::infinity();
-      for (; j < n; ++j) {
-        pt[j] = pt[j] * scale;
-        m = ref::max_skip_nan(m, pt[j]);
-      }
-      m = ReduceMaxSkipNaN(d, mv, m);
-      const auto m_v = hn::Set(d, m);
-      for (j = 0; j + N <= n; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, pt + j), m_v)), d, pt + j);
-      for (; j < n; ++j) pt[j] = ref::exp_f32(pt[j] - m);
-      float l = 0.0f;
-      for (j = 0; j < n; ++j) l = l + pt[j];
-      const auto l_v = hn::Set(d, l);
-      for (j = 0; j + N <= n; j += N) hn::StoreU(hn::Div(hn::LoadU(d, pt + j), l_v), d, pt + j);
-      for (; j < n; ++j) pt[j] = pt[j] / l;
-      // dp_tj = dout_t . v_j; D = chain of p_tj dp_tj; ds_tj = (p_tj (dp_tj - D)) scale.
-      AllDots(dot_, vt, ldt, n, head_dim, dst);
-      float D = 0.0f;
-      for (j = 0; j < n; ++j) D = ref::fma_f32(pt[j], dst[j], D);
-      const auto D_v = hn::Set(d, D);
-      for (j = 0; j + N <= n; j += N)
-        hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, pt + j), hn::Sub(hn::LoadU(d, dst + j), D_v)), scale_v), d, dst + j);
-      for (; j < n; ++j) dst[j] = (pt[j] * (dst[j] - D)) * scale;
-      // dq_t = chain over j of ds_tj k_j.
-      float* dqt = dq + t * q_stride + static_cast<int64_t>(h) * head_dim;
-      int32_t d0 = 0;
-      for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N)) Combine<4>(dst, k, kv_stride, n, d0, dqt);
-      for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N)) Combine<1>(dst, k, kv_stride, n, d0, dqt);
-      for (; d0 < head_dim; ++d0) {
-        float acc = 0.0f;
-        for (j = 0; j < n; ++j) acc = ref::fma_f32(dst[j], k[j * kv_stride + d0], acc);
-        dqt[d0] = acc;
-      }
-    }
+    const int64_t off = static_cast<int64_t>(h) * head_dim;
+    float* Ph = P + static_cast<int64_t>(h) * T * T;
+    float* DSh = DS + static_cast<int64_t>(h) * T * T;
+    int64_t t0 = 0;
+    for (; t0 + 3 <= T; t0 += 3)
+      QueryBlock<3>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
+    for (; t0 < T; ++t0)
+      QueryBlock<1>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
   }
-  // dk_j, dv_j: chains over the group's heads, then t = j..T-1; lanes along d.
-  for (int64_t j = 0; j < T; ++j) {
-    int32_t d0 = 0;
-    for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N)) {
-      auto k0 = hn::Zero(d), k1 = hn::Zero(d), v0 = hn::Zero(d), v1 = hn::Zero(d);
-      for (int32_t h = 0; h < group; ++h) {
-        const int64_t off = static_cast<int64_t>(h) * head_dim + d0;
-        for (int64_t t = j; t < T; ++t) {
-          const int64_t at = (static_cast<int64_t>(h) * T + t) * T + j;
-          const auto dsv = hn::Set(d, DS[at]);
-          const auto pv = hn::Set(d, P[at]);
-          k0 = hn::MulAdd(dsv, hn::LoadU(d, q + t * q_stride + off), k0);
-          k1 = hn::MulAdd(dsv, hn::LoadU(d, q + t * q_stride + off + N), k1);
-          v0 = hn::MulAdd(pv, hn::LoadU(d, dout + t * dout_stride + off), v0);
-          v1 = hn::MulAdd(pv, hn::LoadU(d, dout + t * dout_stride + off + N), v1);
-        }
-      }
-      hn::StoreU(k0, d, dk + j * dkv_stride + d0);
-      hn::StoreU(k1, d, dk + j * dkv_stride + d0 + N);
-      hn::StoreU(v0, d, dv + j * dkv_stride + d0);
-      hn::StoreU(v1, d, dv + j * dkv_stride + d0 + N);
-    }
-    for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N)) {
-      auto k0 = hn::Zero(d), v0 = hn::Zero(d);
-      for (int32_t h = 0; h < group; ++h) {
-        const int64_t off = static_cast<int64_t>(h) * head_dim + d0;
-        for (int64_t t = j; t < T; ++t) {
-          const int64_t at = (static_cast<int64_t>(h) * T + t) * T + j;
-          k0 = hn::MulAdd(hn::Set(d, DS[at]), hn::LoadU(d, q + t * q_stride + off), k0);
-          v0 = hn::MulAdd(hn::Set(d, P[at]), hn::LoadU(d, dout + t * dout_stride + off), v0);
-        }
-      }
-      hn::StoreU(k0, d, dk + j * dkv_stride + d0);
-      hn::StoreU(v0, d, dv + j * dkv_stride + d0);
-    }
-    for (; d0 < head_dim; ++d0) {
-      float acc_k = 0.0f, acc_v = 0.0f;
-      for (int32_t h = 0; h < group; ++h) {
-        for (int64_t t = j; t < T; ++t) {
-          const int64_t at = (static_cast<int64_t>(h) * T + t) * T + j;
-          acc_k = ref::fma_f32(DS[at], q[t * q_stride + static_cast<int64_t>(h) * head_dim + d0], acc_k);
-          acc_v = ref::fma_f32(P[at], dout[t * dout_stride + static_cast<int64_t>(h) * head_dim + d0], acc_v);
-        }
-      }
-      dk[j * dkv_stride + d0] = acc_k;
-      dv[j * dkv_stride + d0] = acc_v;
-    }
-  }
+  KeyGrads(DS, T, group, q, q_stride, head_dim, dk, dkv_stride);
+  KeyGrads(P, T, group, dout, dout_stride, head_dim, dv, dkv_stride);
 }
 
 void FillAttention(Kernels& k) {
