@@ -62,7 +62,8 @@ Run add_call(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("call", "run one call: raw inputs on stdin, raw outputs on stdout");
   cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
-  cmd->add_option("--output", f->outputs, "only this output, repeatable, in the order given");
+  cmd->add_option("--output", f->outputs, "only this output, repeatable, in the order given")
+      ->allow_extra_args(false);  // one name per --output, so a MODEL after it stays one
   cmd->add_flag("--at", f->at, "a last input `at` i32 [1]; each output only at that position");
   cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
   cmd->add_option("--precision", f->precision, "bf16: matmul operands rounded to bf16");

@@ -63,6 +63,8 @@ TEST(Cli, CallWritesTheRawOutputsOfTheModel) {
   ASSERT_EQ(r.out.size(), (16 + 256) * 4u);
   EXPECT_EQ(std::memcmp(r.out.data(), hidden.data() + 4 * 16, 16 * 4), 0);
   EXPECT_EQ(std::memcmp(r.out.data() + 16 * 4, logits.data() + 4 * 256, 256 * 4), 0);
+  // A model path after --output is the model, not a second output name.
+  EXPECT_EQ(test::run_command({kBin, "call", "--output", "logits", m}, bytes_of(ids)).status, 0);
   // With --at, positions after `at` are not read: garbage there is fine.
   with_at[10] = 9999;
   EXPECT_EQ(test::run_command({kBin, "call", m, "--at", "--output", "logits"}, bytes_of(with_at)).status, 0);

@@ -1,0 +1,75 @@
+// A model behind a Unix socket (docs/PROTOCOL.md): connections served side by side, calls that
+// arrive while the model is busy run together as one batch when it is free, each call's answer
+// with the bits it would get alone.
+//
+// The Server holds everything it uses (socket, connections, queue); it installs no signal
+// handlers and never sees argv. The command (`lockstep serve`) turns signals into stop().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/call.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep {
+
+// The protocol version the handshake announces; a client refuses any other.
+inline constexpr int protocol_version = 1;
+
+struct ServerOptions {
+  std::string socket_path;           // the Unix socket to listen on
+  int batch = 1;                     // most calls run together, 1..max_server_batch
+  std::vector<std::string> outputs;  // outputs in the order wanted; every output when empty
+  bool at = false;                   // a last input `at` i32 [1]; outputs at that position only
+  unsigned socket_mode = 0600;       // permission bits of the socket file, 0..0777
+  CallOptions call;                  // device and threads of each run
+};
+
+inline constexpr int max_server_batch = 1024;
+// Connections open at once; one beyond it is closed as soon as it is accepted.
+inline constexpr int max_server_connections = 1024;
+
+struct ServerStats {
+  uint64_t calls = 0;  // call frames answered, errors included
+  uint64_t runs = 0;   // runs of the model that computed at least one call
+};
+
+class Server {
+ public:
+  // Checks the options (an unknown output is refused listing the model's outputs), then binds
+  // and listens on the socket:
+  //   - a socket file no process listens on (left by a stopped server) is replaced;
+  //   - a socket another process serves is refused;
+  //   - a path holding anything but a socket is refused.
+  // Throws Error naming the path and the reason. Clients can connect once this returns.
+  Server(std::shared_ptr<const Model> model, ServerOptions options);
+  // Stops, waits for the connections to end and removes the socket if serve() did not.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const CallLayout& layout() const;
+  // The handshake every connection reads first, as JSON text.
+  const std::string& handshake() const;
+  const ServerOptions& options() const;
+
+  // Accepts and serves until stop(). Then it stops accepting, reads no further call, answers the
+  // calls already read, closes every connection, removes the socket and returns the counts.
+  // Call it once.
+  ServerStats serve();
+  // Makes serve() return as above; callable from any thread, any number of times, before or
+  // during serve(). Async-signal-safe: it writes one byte to a pipe.
+  void stop() noexcept;
+  // The counts so far; callable from any thread.
+  ServerStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep

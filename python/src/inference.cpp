@@ -1,0 +1,232 @@
+// lockstep.LanguageModelInference: a loaded model (lockstep::Model) and the calls of document
+// 003. The model is immutable, so one instance may be called from several Python threads at once;
+// the GIL is released while it computes.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "convert.hpp"
+#include "inference.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::python {
+namespace {
+
+ModelOptions model_options(bool threaded, std::optional<int> threads) {
+  ModelOptions o;
+  o.device = threaded ? Device::cpu : Device::reference;
+  o.threads = threads.value_or(0);
+  return o;
+}
+
+// Logits or hidden states, [batch, T, width], for the ids and optional ragged lengths.
+template <class Compute>
+py::array_t<float> rows_call(const Inference& self, py::handle ids_arg, py::handle lengths_arg,
+                             py::handle threaded, py::handle threads, int64_t width,
+                             Compute compute) {
+  const CallOptions call = self.call(threaded, threads);
+  const std::optional<std::vector<int32_t>> lengths = lengths_list(lengths_arg);
+  const IdsArray ids = ids_array(ids_arg, self.config(), self.window(), lengths ? &*lengths : nullptr);
+  const IdsView view = ids_view(ids);
+  std::vector<float> out;
+  {
+    py::gil_scoped_release release;
+    out = compute(*self.model, view,
+                  lengths ? std::span<const int32_t>(*lengths) : std::span<const int32_t>(), call);
+  }
+  return to_numpy(std::move(out), {view.rows, view.cols, width});
+}
+
+const char* const kClassDoc = R"doc(
+A trained byte-level decoder language model on the CPU: logits, hidden states, loss and greedy
+next bytes, with the same bits on every path.
+
+LanguageModelInference(parameters, *, shape=None, threaded=True, threads=None)
+
+parameters: flat float32 parameters (shape.n_total values, all finite; a numpy float32 array is
+    read in place) or a dict of named float32 tensors (names and shapes from
+    shape.parameter_names / shape.parameter_shapes). Copied; the model never changes.
+shape: a LanguageModelConfig, or None for the default dimensions.
+threaded: True runs the SIMD kernels on a thread pool, False the single-threaded reference
+    kernels. Both give the same bits.
+threads: the most threads a call uses, in [1, 1024]; None: one per physical core.
+
+Every call takes threaded= and threads= too, overriding the instance's settings (None keeps
+them). Ids are int32 arrays (any integer dtype is converted); a wrong dtype raises TypeError, a
+wrong shape or an id outside [0, vocab_size) ValueError.
+)doc";
+
+}  // namespace
+
+void bind_inference(py::module_& m) {
+  py::class_<Inference>(m, "LanguageModelInference", kClassDoc)
+      .def(py::init([](py::handle parameters, py::handle shape, py::handle threaded,
+                       py::handle threads) {
+             const ModelConfig config = config_from(shape);
+             const bool flag = threaded_flag(threaded);
+             const std::optional<int> count = threads_count(threads);
+             const Parameters flat = parameters_from(parameters, config);
+             Inference self;
+             self.threaded = flag;
+             self.threads = count;
+             py::gil_scoped_release release;  // checks, SHA-256 and weight packing
+             self.model = Model::from_parameters(config, flat.values(), model_options(flag, count));
+             return self;
+           }),
+           py::arg("parameters"), py::kw_only(), py::arg("shape") = py::none(),
+           py::arg("threaded") = true, py::arg("threads") = py::none())
+      .def_static(
+          "from_checkpoint",
+          [](py::handle path, py::handle threaded, py::handle threads, py::handle trained) {
+            const std::string where =
+                py::module_::import("os").attr("fsdecode")(path).cast<std::string>();
+            const bool flag = threaded_flag(threaded);
+            const std::optional<int> count = threads_count(threads);
+            if (!PyBool_Check(trained.ptr())) throw py::type_error("trained must be a bool");
+            LoadOptions options;
+            static_cast<ModelOptions&>(options) = model_options(flag, count);
+            options.trained = trained.ptr() == Py_True;
+            Inference self;
+            self.threaded = flag;
+            self.threads = count;
+            py::gil_scoped_release release;
+            self.model = Model::load(where, options);
+            return self;
+          },
+          py::arg("path"), py::kw_only(), py::arg("threaded") = true,
+          py::arg("threads") = py::none(), py::arg("trained") = false, R"doc(
+Load a model written by lockstep: `path` (str or path-like) is a model directory, a checkpoint
+step directory, a checkpoint location (its newest complete step) or a model.json file. Every
+check of `lockstep inspect` is made. threaded and threads are as for the constructor; trained=True
+reads a checkpoint's trained weights instead of its EMA averages.
+)doc")
+      .def(
+          "logits",
+          [](const Inference& self, py::handle ids, py::handle lengths, py::handle threaded,
+             py::handle threads) {
+            return rows_call(self, ids, lengths, threaded, threads, self.config().vocab_size,
+                             [](const Model& model, const IdsView& v, std::span<const int32_t> l,
+                                const CallOptions& c) { return model.logits(v, l, c); });
+          },
+          py::arg("ids"), py::kw_only(), py::arg("lengths") = py::none(),
+          py::arg("threaded") = py::none(), py::arg("threads") = py::none(), R"doc(
+Float32 logits [batch, length, vocab_size] for int32 ids [batch, length], 1 <= length <=
+shape.length, positions from 0.
+
+lengths: None, or one int per row making the batch ragged: row i is real at [0, lengths[i]) and
+padding after (its padding ids are not read). Real positions get exactly the logits of the row
+alone at its own length; padding positions are +0.0.
+)doc")
+      .def(
+          "hidden",
+          [](const Inference& self, py::handle ids, py::handle lengths, py::handle threaded,
+             py::handle threads) {
+            return rows_call(self, ids, lengths, threaded, threads, self.config().d_model,
+                             [](const Model& model, const IdsView& v, std::span<const int32_t> l,
+                                const CallOptions& c) { return model.hidden(v, l, c); });
+          },
+          py::arg("ids"), py::kw_only(), py::arg("lengths") = py::none(),
+          py::arg("threaded") = py::none(), py::arg("threads") = py::none(),
+          "The final normalised hidden state, float32 [batch, length, d_model]; the rules of "
+          "logits().")
+      .def(
+          "loss_bits",
+          [](const Inference& self, py::handle ids_arg, py::handle threaded, py::handle threads) {
+            const CallOptions call = self.call(threaded, threads);
+            const IdsArray ids = ids_array(ids_arg, self.config(), self.loss_layout());
+            const IdsView view = ids_view(ids);
+            py::gil_scoped_release release;
+            return self.model->loss_bits(view, call);
+          },
+          py::arg("ids"), py::kw_only(), py::arg("threaded") = py::none(),
+          py::arg("threads") = py::none(), R"doc(
+The IEEE-754 bits (an int) of the float32 mean next-token loss, for exact comparison.
+
+ids: int32 [shape.batch, shape.length + 1], the training layout: columns [0, length) are the
+inputs and columns [1, length] the targets. The last column is only a target, and -100 there is
+ignored; -100 anywhere else is refused.
+)doc")
+      .def(
+          "loss",
+          [](const Inference& self, py::handle ids_arg, py::handle threaded, py::handle threads) {
+            const CallOptions call = self.call(threaded, threads);
+            const IdsArray ids = ids_array(ids_arg, self.config(), self.loss_layout());
+            const IdsView view = ids_view(ids);
+            uint32_t bits = 0;
+            {
+              py::gil_scoped_release release;
+              bits = self.model->loss_bits(view, call);
+            }
+            return float_of_bits(bits);
+          },
+          py::arg("ids"), py::kw_only(), py::arg("threaded") = py::none(),
+          py::arg("threads") = py::none(),
+          "The mean next-token loss as a float; loss_bits() gives its bits.")
+      .def(
+          "next_bytes",
+          [](const Inference& self, py::handle ids_arg, py::handle lengths_arg,
+             py::handle threaded, py::handle threads) {
+            const CallOptions call = self.call(threaded, threads);
+            const std::optional<std::vector<int32_t>> lengths = lengths_list(lengths_arg);
+            const IdsArray ids =
+                ids_array(ids_arg, self.config(), self.window(), lengths ? &*lengths : nullptr);
+            const IdsView view = ids_view(ids);
+            std::vector<int32_t> next;
+            {
+              py::gil_scoped_release release;
+              next = self.model->next_bytes(
+                  view, lengths ? std::span<const int32_t>(*lengths) : std::span<const int32_t>(),
+                  call);
+            }
+            return py::cast(next);  // a list of int
+          },
+          py::arg("ids"), py::kw_only(), py::arg("lengths") = py::none(),
+          py::arg("threaded") = py::none(), py::arg("threads") = py::none(), R"doc(
+The greedy next token after each row, a list of int: the highest logit at the row's last
+position (with lengths, its last real position), ties going to the lowest id.
+)doc")
+      .def("parameters_sha256",
+           [](const Inference& self) { return self.model->parameters_sha256(); },
+           "SHA-256 (hex) of the parameters' little-endian float32 bytes.")
+      .def_property_readonly(
+          "parameters_",
+          [](py::object self_obj) {
+            // A read-only view of the model's own parameters, kept alive by this object.
+            const Inference& self = self_obj.cast<const Inference&>();
+            const std::span<const float> p = self.model->parameters();
+            py::array_t<float> view({static_cast<py::ssize_t>(p.size())}, {sizeof(float)},
+                                    p.data(), self_obj);
+            view.attr("setflags")(py::arg("write") = false);
+            return view;
+          },
+          "The flat float32 parameters, a read-only numpy view (no copy).")
+      .def_property_readonly("shape", [](const Inference& self) { return self.config(); },
+                             "The model dimensions, a LanguageModelConfig.")
+      .def_property_readonly("profile", [](const Inference& self) { return std::string(self.model->profile()); },
+                             "The name of the arithmetic profile the model computes.")
+      .def_property_readonly("weight_format", [](const Inference& self) { return self.model->weight_format(); },
+                             "\"float32\", or the packed format the weights were read from.")
+      .def_property_readonly("precision",
+                             [](const Inference& self) { return std::string(precision_name(self.model->precision())); },
+                             "\"f32\" or \"bf16\": the precision of the matmuls.")
+      .def_property_readonly("threaded", [](const Inference& self) { return self.threaded; },
+                             "The instance's default: the threaded path (True) or the reference.")
+      .def_property_readonly(
+          "threads",
+          [](const Inference& self) -> py::object {
+            return self.threads ? py::object(py::int_(*self.threads)) : py::object(py::none());
+          },
+          "The instance's default thread count (None: one per physical core).")
+      .def("__repr__", [](const Inference& self) {
+        return "<lockstep.LanguageModelInference d_model=" + std::to_string(self.config().d_model) +
+               " n_layers=" + std::to_string(self.config().n_layers) +
+               " length=" + std::to_string(self.config().length) +
+               " sha256=" + self.model->parameters_sha256().substr(0, 12) + ">";
+      });
+}
+
+}  // namespace lockstep::python

@@ -1,0 +1,35 @@
+// The state behind lockstep.LanguageModelInference, shared by the files that bind its methods.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "convert.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::python {
+
+struct Inference {
+  std::shared_ptr<const Model> model;
+  bool threaded = true;        // the instance's device: cpu (true) or reference (false)
+  std::optional<int> threads;  // the instance's thread count; none: one per physical core
+
+  const ModelConfig& config() const { return model->config(); }
+
+  // The options of one call: each argument overrides the instance's setting when not None.
+  CallOptions call(py::handle threaded_arg, py::handle threads_arg) const {
+    CallOptions o;
+    o.device = threaded_override(threaded_arg).value_or(threaded) ? Device::cpu : Device::reference;
+    if (const std::optional<int> t = threads_count(threads_arg)) o.threads = t;
+    else if (threads) o.threads = threads;
+    return o;
+  }
+
+  std::string window() const { return "[batch, 1.." + std::to_string(config().length) + "]"; }
+  std::string loss_layout() const {
+    return "[" + std::to_string(config().batch) + ", " + std::to_string(config().length + 1) + "]";
+  }
+};
+
+}  // namespace lockstep::python

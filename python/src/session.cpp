@@ -1,0 +1,139 @@
+// lockstep.Session and LanguageModelInference.session() / .generate(): incremental decoding with
+// the full pass's bits (include/lockstep/session.hpp, sampling.hpp).
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "convert.hpp"
+#include "inference.hpp"
+#include "lockstep/sampling.hpp"
+#include "lockstep/session.hpp"
+
+namespace lockstep::python {
+namespace {
+
+// Tokens from bytes, str (UTF-8) or a sequence / 1-D array of ints.
+std::vector<int32_t> tokens_from(py::handle obj, const char* name) {
+  std::vector<int32_t> out;
+  if (py::isinstance<py::bytes>(obj)) {
+    for (unsigned char ch : obj.cast<std::string>()) out.push_back(ch);
+    return out;
+  }
+  if (py::isinstance<py::str>(obj)) {
+    for (unsigned char ch : obj.cast<std::string>()) out.push_back(ch);
+    return out;
+  }
+  if (!py::isinstance<py::sequence>(obj) && !py::hasattr(obj, "__array__"))
+    throw py::type_error(std::string(name) + " must be bytes, str or a sequence of ints");
+  for (py::handle item : py::iter(obj)) {
+    bool overflow = false;
+    const std::optional<long long> v = index_value(item, overflow);
+    if (!v || overflow || *v < INT32_MIN || *v > INT32_MAX)
+      throw py::type_error(std::string(name) + " must hold ints in the int32 range");
+    out.push_back(static_cast<int32_t>(*v));
+  }
+  return out;
+}
+
+struct PySession {
+  std::shared_ptr<const Model> model;  // keeps the model alive for the session
+  std::unique_ptr<Session> session;
+};
+
+}  // namespace
+
+void bind_session(py::module_& m) {
+  py::class_<PySession>(m, "Session", R"doc(
+An incremental decoding session over a LanguageModelInference (made by its session() method): it
+keeps every layer's keys and values, so each append computes only the new positions, and the
+logits it returns are, bit for bit, those a full logits() call gives at that position.
+)doc")
+      .def("append",
+           [](PySession& self, py::handle tokens) {
+             const std::vector<int32_t> ids = tokens_from(tokens, "tokens");
+             std::vector<float> logits(static_cast<size_t>(self.model->config().vocab_size));
+             {
+               py::gil_scoped_release release;
+               self.session->append(ids, logits.data());
+             }
+             return to_numpy(std::move(logits), {static_cast<py::ssize_t>(self.model->config().vocab_size)});
+           },
+           py::arg("tokens"),
+           "Appends tokens (bytes, str or ints) and returns the float32 logits [vocab] after the last.")
+      .def("fork",
+           [](const PySession& self, py::handle length) {
+             const int32_t n = length.is_none() ? -1 : length.cast<int32_t>();
+             PySession out{self.model, std::make_unique<Session>(self.session->fork(n))};
+             return out;
+           },
+           py::arg("length") = py::none(), "A new session holding this one's first `length` positions (all by default).")
+      .def("truncate", [](PySession& self, int32_t length) { self.session->truncate(length); }, py::arg("length"),
+           "Forgets every position from `length` on.")
+      .def_property_readonly("length", [](const PySession& self) { return self.session->length(); })
+      .def_property_readonly("tokens", [](const PySession& self) {
+        const auto t = self.session->tokens();
+        return std::vector<int32_t>(t.begin(), t.end());
+      })
+      .def("__len__", [](const PySession& self) { return self.session->length(); });
+
+  auto cls = py::reinterpret_borrow<py::class_<Inference>>(m.attr("LanguageModelInference"));
+  cls.def(
+         "session",
+         [](const Inference& self, py::handle threaded, py::handle threads) {
+           return PySession{self.model, std::make_unique<Session>(self.model, self.call(threaded, threads))};
+         },
+         py::kw_only(), py::arg("threaded") = py::none(), py::arg("threads") = py::none(),
+         "An empty Session on this model (threaded=, threads= as for the other calls).")
+      .def(
+          "generate",
+          [](const Inference& self, py::handle prompt, int32_t max_tokens, float temperature, int32_t top_k,
+             float top_p, uint64_t seed, py::handle stop, py::handle on_token, py::handle threaded,
+             py::handle threads) {
+            const std::vector<int32_t> ids = tokens_from(prompt, "prompt");
+            GenerateOptions options;
+            options.sampling = {temperature, top_k, top_p, seed};
+            options.max_tokens = max_tokens;
+            if (!stop.is_none()) {
+              if (py::isinstance<py::bytes>(stop) || py::isinstance<py::str>(stop)) {
+                options.stop = stop.cast<std::string>();
+              } else {
+                throw py::type_error("stop must be bytes, str or None");
+              }
+            }
+            if (!on_token.is_none() && !PyCallable_Check(on_token.ptr())) throw py::type_error("on_token must be callable");
+            Session session(self.model, self.call(threaded, threads));
+            std::vector<int32_t> out;
+            const py::object callback = py::reinterpret_borrow<py::object>(on_token);
+            {
+              py::gil_scoped_release release;
+              generate(session, ids, options, [&](int32_t token) {
+                out.push_back(token);
+                if (!callback.is_none()) {
+                  py::gil_scoped_acquire acquire;
+                  callback(token);
+                }
+              });
+            }
+            if (self.config().vocab_size == 256) {
+              std::string bytes(out.begin(), out.end());
+              return py::object(py::bytes(bytes));
+            }
+            return py::object(py::cast(out));
+          },
+          py::arg("prompt"), py::arg("max_tokens") = 64, py::kw_only(), py::arg("temperature") = 0.0f,
+          py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(),
+          py::arg("on_token") = py::none(), py::arg("threaded") = py::none(), py::arg("threads") = py::none(),
+          R"doc(
+Generates up to max_tokens tokens after the prompt (bytes, str or ints) with a session: greedy at
+temperature 0, else sampled (top_k, top_p, seed; docs/ARITHMETIC.md, "Sampling"), stopping early
+once the generated bytes end with `stop` or the window is full. Returns the generated bytes (a
+list of ints for a vocabulary other than bytes); on_token(token) is called as each is chosen. The
+same seed gives the same text on every path.
+)doc");
+}
+
+}  // namespace lockstep::python

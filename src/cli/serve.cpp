@@ -1,0 +1,144 @@
+// lockstep serve: a model behind a Unix socket (docs/PROTOCOL.md). Prints what it serves once
+// the socket accepts connections; on SIGTERM, SIGINT or SIGHUP it stops (answering the calls
+// already read), removes the socket, prints the calls answered and the runs they took, and exits
+// 128 + the signal's number.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "lockstep/server.hpp"
+
+namespace lockstep::cli {
+namespace {
+
+// "0600", "600", "0o600" -> 0600.
+unsigned parse_socket_mode(const std::string& text) {
+  std::string digits = text;
+  if (digits.rfind("0o", 0) == 0 || digits.rfind("0O", 0) == 0) digits = digits.substr(2);
+  bool ok = !digits.empty() && digits.size() <= 4;
+  unsigned mode = 0;
+  for (char ch : digits) {
+    ok = ok && ch >= '0' && ch <= '7';
+    mode = mode * 8 + static_cast<unsigned>(ch - '0');
+  }
+  if (!ok || mode > 0777)
+    throw Error(ErrorKind::invalid_argument,
+                "--socket-mode must be octal permission bits in 0..0777, such as 0600 or 0660; got '" +
+                    text + "'");
+  return mode;
+}
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "request";
+  }
+}
+
+std::string count(uint64_t n, const char* one, const char* many) {
+  return with_commas(static_cast<int64_t>(n)) + " " + (n == 1 ? one : many);
+}
+
+// The stop signals. They are blocked in every thread (so before any thread starts, which then
+// inherits the mask) and taken by one thread with sigwait. The library installs no handler.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  if (int err = pthread_sigmask(SIG_BLOCK, &set, nullptr))
+    throw Error(ErrorKind::io, std::string("cannot block the stop signals: ") + std::strerror(err));
+  return set;
+}
+
+// A thread that calls server.stop() for each stop signal, the ones pending before it started
+// included. Destroy it before the server.
+class SignalWatcher {
+ public:
+  SignalWatcher(const sigset_t& set, Server& server) : set_(set) {
+    thread_ = std::thread([this, &server] {
+      for (;;) {
+        int signo = 0;
+        if (sigwait(&set_, &signo) != 0) continue;
+        if (quitting_.load()) return;
+        int none = 0;
+        received_.compare_exchange_strong(none, signo);
+        server.stop();
+      }
+    });
+  }
+  ~SignalWatcher() {
+    quitting_.store(true);
+    pthread_kill(thread_.native_handle(), SIGTERM);  // blocked everywhere, so sigwait takes it
+    thread_.join();
+  }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+  // The first stop signal received, 0 if none.
+  int received() const { return received_.load(); }
+
+ private:
+  const sigset_t set_;
+  std::atomic<bool> quitting_{false};
+  std::atomic<int> received_{0};
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+}  // namespace
+
+Run add_serve(CLI::App& app) {
+  struct Flags {
+    std::string path;
+    ServerOptions server;
+    std::string precision;
+    std::string socket_mode = "0600";
+    bool trained = false;
+    DeviceFlags device;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve a model on a Unix socket, batching calls");
+  cmd->add_option("LOCATION", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  cmd->add_option("--socket", f->server.socket_path, "the Unix socket to listen on")->required();
+  cmd->add_option("--batch", f->server.batch, "most calls run together on the device")->capture_default_str();
+  cmd->add_option("--output", f->server.outputs, "only this output, repeatable, in the order given")
+      ->allow_extra_args(false);  // one name per --output, so a LOCATION after it stays one
+  cmd->add_flag("--at", f->server.at, "a last input `at` i32 [1]; each output only at that position");
+  cmd->add_option("--precision", f->precision, "bf16: matmul operands rounded to bf16");
+  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
+  cmd->add_option("--socket-mode", f->socket_mode, "permission bits of the socket, octal")->capture_default_str();
+  f->device.add_to(*cmd);
+  return [f] {
+    ServerOptions options = f->server;
+    if (options.batch < 1 || options.batch > max_server_batch)
+      throw Error(ErrorKind::invalid_argument, "--batch must be in [1, " + std::to_string(max_server_batch) +
+                                                   "], got " + std::to_string(options.batch));
+    options.socket_mode = parse_socket_mode(f->socket_mode);
+    LoadOptions load = f->device.load_options();
+    load.trained = f->trained;
+    if (!f->precision.empty()) load.precision = parse_precision(f->precision);
+    const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist
+    ::signal(SIGPIPE, SIG_IGN);  // a vanished client or stdout reader is an error return, not a kill
+    const std::shared_ptr<const Model> model = Model::load(f->path, load);
+    Server server(model, std::move(options));
+    const ServerOptions& o = server.options();
+    std::printf("serving %s on %s, up to %s a run\n", model->source().directory.c_str(),
+                o.socket_path.c_str(), count(static_cast<uint64_t>(o.batch), "call", "calls").c_str());
+    std::fputs(io_lines(server.layout().inputs(), server.layout().outputs()).c_str(), stdout);
+    std::fflush(stdout);
+    SignalWatcher watcher(stop_signals, server);
+    const ServerStats stats = server.serve();
+    const int signo = watcher.received();
+    std::printf("lockstep serve: stopped by %s, %s in %s\n", signal_name(signo),
+                count(stats.calls, "call", "calls").c_str(), count(stats.runs, "run", "runs").c_str());
+    std::fflush(stdout);
+    return signo ? 128 + signo : 0;
+  };
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,33 @@
+// The protocol's messages (docs/PROTOCOL.md): every message either way is a frame, a
+// little-endian u64 byte count then that many bytes. The server speaks first with the handshake
+// (JSON); then each client frame is one call (the inputs, raw) and each server frame its answer
+// (a status byte, then the outputs raw or UTF-8 error text).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lockstep/call.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::serve {
+
+inline constexpr size_t frame_header_bytes = 8;
+
+enum class AnswerStatus : uint8_t {
+  ok = 0,     // the outputs follow, in the order the handshake lists them
+  error = 1,  // UTF-8 text naming what was wrong follows
+};
+
+// u64 little-endian <-> 8 bytes.
+void encode_length(uint64_t length, uint8_t out[frame_header_bytes]) noexcept;
+uint64_t decode_length(const uint8_t in[frame_header_bytes]) noexcept;
+
+// {"protocol", "checkpoint", "step", "slug", "precision", "inputs", "outputs"} as JSON text;
+// inputs and outputs as the layout (the flags) left them.
+std::string handshake_json(const Model& model, const CallLayout& layout);
+
+// The error answered to a call frame whose length is not the layout's input bytes.
+std::string wrong_length_message(const CallLayout& layout, uint64_t got);
+
+}  // namespace lockstep::serve
