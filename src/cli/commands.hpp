@@ -19,6 +19,11 @@ using Run = std::function<int()>;
 Run add_init(CLI::App& app);
 Run add_inspect(CLI::App& app);
 Run add_call(CLI::App& app);
+Run add_serve(CLI::App& app);
+Run add_train(CLI::App& app);  // `train`, with the alias `run`
+Run add_eval(CLI::App& app);
+Run add_generate(CLI::App& app);
+Run add_bench(CLI::App& app);
 
 // The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
 struct DeviceFlags {

@@ -18,6 +18,11 @@ int main(int argc, char** argv) {
   add(&lockstep::cli::add_init);
   add(&lockstep::cli::add_inspect);
   add(&lockstep::cli::add_call);
+  add(&lockstep::cli::add_serve);
+  add(&lockstep::cli::add_train);
+  add(&lockstep::cli::add_eval);
+  add(&lockstep::cli::add_generate);
+  add(&lockstep::cli::add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

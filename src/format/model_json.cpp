@@ -106,6 +106,36 @@ WeightsFile parse_weights(const json& j, const std::string& what, const std::str
   return w;
 }
 
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// model.json's `loaded`: the frozen parameters the weights files leave out.
+std::vector<LoadedTensor> parse_loaded(const json& j, const ParameterRegistry& registry,
+                                       const std::string& what) {
+  if (!j.is_array()) refuse(what, "loaded is not a JSON array");
+  std::vector<LoadedTensor> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string where = "loaded[" + std::to_string(i) + "]";
+    if (!j[i].is_object()) refuse(what, where + " is not a JSON object");
+    LoadedTensor l;
+    l.name = string_field(j[i], "name", what, where);
+    l.file = string_field(j[i], "file", what, where);
+    l.tensor = string_field(j[i], "tensor", what, where);
+    l.sha256 = string_field(j[i], "sha256", what, where);
+    if (registry.find(l.name) < 0)
+      refuse(what, where + ".name '" + l.name + "' is not a parameter of this model");
+    for (const LoadedTensor& before : out)
+      if (before.name == l.name) refuse(what, where + ".name '" + l.name + "' is listed twice");
+    if (l.file.empty() || l.file.find('\0') != std::string::npos)
+      refuse(what, where + ".file is not a file name");
+    if (l.tensor.empty()) refuse(what, where + ".tensor is empty");
+    if (!is_sha256_hex(l.sha256)) refuse(what, where + ".sha256 is not 64 lower-case hex digits");
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 void check_specs(const json& j, const std::vector<TensorSpec>& want, const char* key,
                  const std::string& what) {
   const json expected = json::parse(render_specs(want).dump());
@@ -195,6 +225,7 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   d.weights_averaged = averaged.get<bool>();
   if (const auto t = j.find("trained_weights"); t != j.end() && !t->is_null())
     d.trained = parse_weights(*t, what, "trained_weights");
+  if (const auto l = j.find("loaded"); l != j.end()) d.loaded = parse_loaded(*l, registry, what);
 
   const json& ck = field(j, "checkpoint", what, "model.json");
   if (!ck.is_null()) {
@@ -240,6 +271,13 @@ std::string render_model_json(const ModelDescription& d) {
   j["weights"] = render_weights(d.weights);
   j["weights_averaged"] = d.weights_averaged;
   j["trained_weights"] = d.trained ? render_weights(*d.trained) : ordered(nullptr);
+  if (!d.loaded.empty()) {
+    ordered loaded = ordered::array();
+    for (const LoadedTensor& l : d.loaded)
+      loaded.push_back(
+          {{"name", l.name}, {"file", l.file}, {"tensor", l.tensor}, {"sha256", l.sha256}});
+    j["loaded"] = loaded;
+  }
   j["parameter_count"] = registry.total();
   ordered params = ordered::array();
   for (const auto& e : registry.entries())

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/config.hpp"
 #include "lockstep/model.hpp"
@@ -24,6 +25,15 @@ struct WeightsFile {
   std::string sha256;  // of the expanded f32 parameters, little-endian, registry order
 };
 
+// A frozen parameter a checkpoint names instead of holding (a run's :load): read from `file`,
+// whose bytes must still have this SHA-256.
+struct LoadedTensor {
+  std::string name;    // the registry parameter
+  std::string file;    // a safetensors file; a relative path is from the current directory
+  std::string tensor;  // the tensor's name inside that file
+  std::string sha256;  // of the whole file
+};
+
 struct ModelDescription {
   ModelConfig config;
   std::string profile;
@@ -32,6 +42,9 @@ struct ModelDescription {
   WeightsFile weights;                  // the weights served by default
   bool weights_averaged = false;        // they are a run's EMA averages
   std::optional<WeightsFile> trained;   // a checkpoint's trained weights beside its averages
+  // Parameters the weights files leave out, read from their own files (model.json's `loaded`,
+  // written only when not empty).
+  std::vector<LoadedTensor> loaded;
 };
 
 // Parses and checks model.json: the format name and version, the profile (against this build's),

@@ -1,7 +1,9 @@
 #include "format/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "core/sha256.hpp"
@@ -38,7 +40,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
-                                const std::string& expected_sha256) {
+                                const std::string& expected_sha256,
+                                std::span<const LoadedTensor> loaded) {
   const MappedFile file(path);
   const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
   const ParameterRegistry registry(config);
@@ -48,9 +51,21 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
     if (registry.find(t.name) < 0)
       refuse(path, "tensor " + quote_name(t.name) + " is not a parameter of this model");
   }
+  std::unordered_map<std::string, const LoadedTensor*> loaded_by_name;
+  for (const LoadedTensor& l : loaded) {
+    if (by_name.count(l.name))
+      refuse(path, "parameter '" + l.name +
+                       "' is in the file, but model.json says it is loaded from '" + l.file + "'");
+    loaded_by_name[l.name] = &l;
+  }
   std::vector<float> flat(static_cast<size_t>(registry.total()));
   const uint8_t* data = file.bytes().data() + header.data_offset;
   for (const auto& e : registry.entries()) {
+    if (const auto l = loaded_by_name.find(e.name); l != loaded_by_name.end()) {
+      const std::vector<float> values = read_loaded_tensor(*l->second, e.shape);
+      std::copy(values.begin(), values.end(), flat.begin() + e.offset);
+      continue;
+    }
     const auto it = by_name.find(e.name);
     if (it == by_name.end()) refuse(path, "parameter '" + e.name + "' is missing");
     const TensorEntry& t = *it->second;
@@ -74,7 +89,7 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
 }
 
 void write_weights(const std::string& path, const ModelConfig& config,
-                   std::span<const float> parameters) {
+                   std::span<const float> parameters, std::span<const std::string> omit) {
   const ParameterRegistry registry(config);
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument,
@@ -94,8 +109,70 @@ void write_weights(const std::string& path, const ModelConfig& config,
   std::vector<TensorData> tensors;
   tensors.reserve(registry.entries().size());
   for (const auto& e : registry.entries())
-    tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
+    if (std::find(omit.begin(), omit.end(), e.name) == omit.end())
+      tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
   write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}});
+}
+
+namespace {
+
+std::vector<float> tensor_values(const MappedFile& file, const std::string& path,
+                                 const std::string& tensor, const std::vector<int64_t>& shape) {
+  const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
+  const TensorEntry* found = nullptr;
+  for (const auto& t : header.tensors)
+    if (t.name == tensor) found = &t;
+  if (!found) refuse(path, "holds no tensor " + quote_name(tensor));
+  if (found->dtype != DType::f32)
+    refuse(path,
+           "tensor " + quote_name(tensor) + " is " + dtype_name(found->dtype) + ", expected F32");
+  if (found->shape != shape)
+    refuse(path, "tensor " + quote_name(tensor) + " has shape " + shape_text(found->shape) +
+                     ", expected " + shape_text(shape));
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::vector<float> values(static_cast<size_t>(count));
+  std::memcpy(values.data(), file.bytes().data() + header.data_offset + found->begin,
+              static_cast<size_t>(count) * sizeof(float));
+  for (int64_t i = 0; i < count; ++i)
+    if (!std::isfinite(values[static_cast<size_t>(i)]))
+      refuse(path, "tensor " + quote_name(tensor) + " holds a non-finite value (" +
+                       std::to_string(values[static_cast<size_t>(i)]) + ") at element " +
+                       std::to_string(i));
+  return values;
+}
+
+}  // namespace
+
+TensorFromFile read_tensor_file(const std::string& path, const std::string& tensor,
+                                const std::vector<int64_t>& shape) {
+  const MappedFile file(path);
+  TensorFromFile out;
+  out.file_sha256 = sha256_hex(file.bytes().data(), file.bytes().size());
+  out.values = tensor_values(file, path, tensor, shape);
+  return out;
+}
+
+std::vector<float> read_loaded_tensor(const LoadedTensor& loaded,
+                                      const std::vector<int64_t>& shape) {
+  const std::string what =
+      "frozen parameter '" + loaded.name + "' is loaded from '" + loaded.file + "'";
+  std::optional<MappedFile> file;
+  try {
+    file.emplace(loaded.file);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::io,
+                what + ", which cannot be read (" + e.what() + ") [" + code::load_changed + "]",
+                code::load_changed);
+  }
+  const std::string sha = sha256_hex(file->bytes().data(), file->bytes().size());
+  if (sha != loaded.sha256)
+    throw Error(ErrorKind::format,
+                what + ", which has changed: its SHA-256 is " + sha +
+                    " but the checkpoint recorded " + loaded.sha256 + "; restore that file [" +
+                    code::load_changed + "]",
+                code::load_changed);
+  return tensor_values(*file, loaded.file, loaded.tensor, shape);
 }
 
 }  // namespace lockstep::format

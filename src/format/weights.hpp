@@ -14,12 +14,33 @@ namespace lockstep::format {
 // F32 of the registry's shape), checks every value finite and the SHA-256 of the f32 parameters
 // against `expected_sha256`, and returns them flat in registry order. Refusals are
 // Error(format) naming the file and the problem.
+//
+// `loaded` lists parameters the file leaves out (model.json's `loaded`): the file must hold every
+// other parameter and none of these, which are read from their own files by read_loaded_tensor
+// before the SHA-256 check.
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
-                                const std::string& expected_sha256);
+                                const std::string& expected_sha256,
+                                std::span<const LoadedTensor> loaded = {});
 
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
 // registry order (so the data section is exactly the flat vector's bytes).
+// Parameters named in `omit` are left out of the file (a checkpoint's :load parameters).
 void write_weights(const std::string& path, const ModelConfig& config,
-                   std::span<const float> parameters);
+                   std::span<const float> parameters, std::span<const std::string> omit = {});
+
+// One F32 tensor of `shape` named `tensor` in the safetensors file at `path`, every value finite,
+// and the SHA-256 of the whole file. Refusals: Error(io) when the file cannot be read,
+// Error(format) naming the file and the problem.
+struct TensorFromFile {
+  std::vector<float> values;
+  std::string file_sha256;
+};
+TensorFromFile read_tensor_file(const std::string& path, const std::string& tensor,
+                                const std::vector<int64_t>& shape);
+
+// A loaded parameter's values, refused with code::load_changed (LS-LOAD-001) when its file is
+// gone or its SHA-256 is no longer the one recorded.
+std::vector<float> read_loaded_tensor(const LoadedTensor& loaded,
+                                      const std::vector<int64_t>& shape);
 
 }  // namespace lockstep::format

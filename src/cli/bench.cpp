@@ -1,0 +1,110 @@
+// lockstep bench: speed figures for a model of your own: full-window forward tokens/s on the
+// fast path at each thread count asked (and the reference with --reference), and a 200-token
+// session loop. Ratios against one thread are printed beside them, since absolute figures move
+// with the machine's load.
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "lockstep/session.hpp"
+
+namespace lockstep::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs `once` until `min_seconds` have passed (at least twice after one warm-up); returns the
+// fastest run's seconds.
+template <typename F>
+double best_time(double min_seconds, F&& once) {
+  once();
+  double best = 1e300, spent = 0;
+  for (int runs = 0; runs < 2 || spent < min_seconds; ++runs) {
+    const auto start = std::chrono::steady_clock::now();
+    once();
+    const double s = seconds_since(start);
+    best = std::min(best, s);
+    spent += s;
+  }
+  return best;
+}
+
+}  // namespace
+
+Run add_bench(CLI::App& app) {
+  struct Flags {
+    std::string path;
+    std::string threads = "1,2";
+    bool reference = false;
+    double seconds = 2.0;
+    int32_t decode_tokens = 200;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure a model's forward and decoding speed on this machine");
+  cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  cmd->add_option("--threads", f->threads, "comma-separated thread counts")->capture_default_str();
+  cmd->add_flag("--reference", f->reference, "also time the single-threaded reference");
+  cmd->add_option("--seconds", f->seconds, "least time spent per figure")->capture_default_str();
+  cmd->add_option("--decode-tokens", f->decode_tokens, "tokens of the session loop")->capture_default_str();
+  return [f] {
+    std::vector<int> threads;
+    std::stringstream list(f->threads);
+    for (std::string item; std::getline(list, item, ',');) {
+      try {
+        threads.push_back(std::stoi(item));
+      } catch (const std::exception&) {
+        throw Error(ErrorKind::invalid_argument, "--threads: '" + item + "' is not a thread count");
+      }
+      if (threads.back() < 1 || threads.back() > max_threads)
+        throw Error(ErrorKind::invalid_argument, "--threads: " + item + " is outside [1, " + std::to_string(max_threads) + "]");
+    }
+    if (threads.empty()) throw Error(ErrorKind::invalid_argument, "--threads lists no thread count");
+    if (f->decode_tokens < 1) throw Error(ErrorKind::invalid_argument, "--decode-tokens must be at least 1");
+    LoadOptions options;
+    int most = 1;
+    for (int t : threads) most = std::max(most, t);
+    options.threads = most;
+    const auto model = Model::load(f->path, options);
+    const ModelConfig& c = model->config();
+    std::vector<int32_t> ids(static_cast<size_t>(c.length));
+    for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = (t * 7 + 3) % c.vocab_size;
+    std::printf("bench %s: window %d, %s parameters\n", model->source().directory.c_str(), c.length,
+                with_commas(model->registry().total()).c_str());
+    auto forward = [&](CallOptions call) {
+      return best_time(f->seconds, [&] { model->logits({ids.data(), 1, c.length}, {}, call); });
+    };
+    if (f->reference) {
+      const double s = forward({Device::reference, std::nullopt});
+      std::printf("  forward, reference      %10.1f tokens/s\n", c.length / s);
+    }
+    double base = 0;
+    for (int t : threads) {
+      const double rate = c.length / forward({Device::cpu, t});
+      if (base == 0) base = rate;
+      std::printf("  forward, cpu %3d thread%s %10.1f tokens/s  %.2fx\n", t, t == 1 ? " " : "s", rate, rate / base);
+    }
+    const int32_t prompt_length = std::min<int32_t>(16, c.length - 1);
+    const int32_t steps = std::min(f->decode_tokens, c.length - prompt_length);
+    base = 0;
+    for (int t : threads) {
+      const double s = best_time(f->seconds, [&] {
+        Session session(model, {Device::cpu, t});
+        std::vector<float> logits = session.append({ids.data(), static_cast<size_t>(prompt_length)});
+        for (int32_t i = 0; i < steps; ++i) {
+          const int32_t next[] = {greedy_choice(logits)};
+          logits = session.append(next);
+        }
+      });
+      const double rate = steps / s;
+      if (base == 0) base = rate;
+      std::printf("  decode, cpu %3d thread%s  %10.1f tokens/s  %.2fx  (%d-token session loop)\n", t, t == 1 ? " " : "s",
+                  rate, rate / base, steps);
+    }
+    return 0;
+  };
+}
+
+}  // namespace lockstep::cli
