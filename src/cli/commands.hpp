@@ -24,6 +24,7 @@ Run add_train(CLI::App& app);  // `train`, with the alias `run`
 Run add_eval(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_export(CLI::App& app);
 
 // The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
 struct DeviceFlags {

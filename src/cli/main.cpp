@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(&lockstep::cli::add_eval);
   add(&lockstep::cli::add_generate);
   add(&lockstep::cli::add_bench);
+  add(&lockstep::cli::add_export);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
+#include "format/q8.hpp"
 #include "format/safetensors.hpp"
 #include "lockstep/error.hpp"
 
@@ -41,14 +42,22 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
-                                std::span<const LoadedTensor> loaded) {
+                                std::span<const LoadedTensor> loaded,
+                                const std::string& weight_format) {
+  const bool q8 = weight_format == kQ8Format;
+  if (!q8 && weight_format != "float32")
+    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
   const MappedFile file(path);
   const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
   const ParameterRegistry registry(config);
   std::unordered_map<std::string, const TensorEntry*> by_name;
   for (const auto& t : header.tensors) by_name[t.name] = &t;
+  const std::string suffix = kQ8ScaleSuffix;
   for (const auto& t : header.tensors) {
-    if (registry.find(t.name) < 0)
+    std::string name = t.name;
+    if (q8 && name.size() > suffix.size() && name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+    const int64_t index = registry.find(name);
+    if (index < 0 || (name != t.name && registry.entries()[static_cast<size_t>(index)].shape.size() != 2))
       refuse(path, "tensor " + quote_name(t.name) + " is not a parameter of this model");
   }
   std::unordered_map<std::string, const LoadedTensor*> loaded_by_name;
@@ -69,13 +78,28 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
     const auto it = by_name.find(e.name);
     if (it == by_name.end()) refuse(path, "parameter '" + e.name + "' is missing");
     const TensorEntry& t = *it->second;
-    if (t.dtype != DType::f32)
-      refuse(path, "parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected F32");
+    const bool packed = q8 && e.shape.size() == 2;
+    if (t.dtype != (packed ? DType::i8 : DType::f32))
+      refuse(path, "parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + (packed ? "I8" : "F32"));
     if (t.shape != e.shape)
       refuse(path, "parameter '" + e.name + "' has shape " + shape_text(t.shape) + ", expected " +
                        shape_text(e.shape));
     float* dst = flat.data() + e.offset;
-    std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
+    if (packed) {
+      const auto s = by_name.find(e.name + suffix);
+      if (s == by_name.end()) refuse(path, "parameter '" + e.name + "' has no scale tensor '" + e.name + suffix + "'");
+      const TensorEntry& st = *s->second;
+      if (st.dtype != DType::f32 || st.shape != std::vector<int64_t>{e.shape[1]})
+        refuse(path, "tensor '" + e.name + suffix + "' must be F32 [" + std::to_string(e.shape[1]) + "]");
+      std::vector<float> scale(static_cast<size_t>(e.shape[1]));
+      std::memcpy(scale.data(), data + st.begin, scale.size() * sizeof(float));
+      for (size_t i = 0; i < scale.size(); ++i)
+        if (!std::isfinite(scale[i]) || scale[i] < 0.0f)
+          refuse(path, "tensor '" + e.name + suffix + "' holds a bad scale (" + std::to_string(scale[i]) + ") at column " + std::to_string(i));
+      expand_q8(reinterpret_cast<const int8_t*>(data + t.begin), scale.data(), e.shape[0], e.shape[1], dst);
+    } else {
+      std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
+    }
     for (int64_t i = 0; i < e.count; ++i) {
       if (!std::isfinite(dst[i]))
         refuse(path, "parameter '" + e.name + "' holds a non-finite value (" +
@@ -112,6 +136,40 @@ void write_weights(const std::string& path, const ModelConfig& config,
     if (std::find(omit.begin(), omit.end(), e.name) == omit.end())
       tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
   write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}});
+}
+
+std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& config,
+                                    std::span<const float> parameters) {
+  const ParameterRegistry registry(config);
+  if (static_cast<int64_t>(parameters.size()) != registry.total())
+    throw Error(ErrorKind::invalid_argument, "write_weights_q8: " + std::to_string(parameters.size()) +
+                                                 " values for " + std::to_string(registry.total()) + " parameters");
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (!std::isfinite(parameters[i]))
+      throw Error(ErrorKind::invalid_argument, path + ": a parameter is not finite at element " + std::to_string(i));
+  std::vector<float> expanded(parameters.begin(), parameters.end());
+  std::vector<std::vector<int8_t>> q;
+  std::vector<std::vector<float>> scales;
+  std::vector<std::string> scale_names;
+  std::vector<TensorData> tensors;
+  q.reserve(registry.entries().size());
+  scales.reserve(registry.entries().size());
+  scale_names.reserve(registry.entries().size());
+  for (const auto& e : registry.entries()) {
+    if (e.shape.size() != 2) {
+      tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
+      continue;
+    }
+    q.emplace_back(static_cast<size_t>(e.count));
+    scales.emplace_back(static_cast<size_t>(e.shape[1]));
+    pack_q8(parameters.data() + e.offset, e.shape[0], e.shape[1], q.back().data(), scales.back().data());
+    expand_q8(q.back().data(), scales.back().data(), e.shape[0], e.shape[1], expanded.data() + e.offset);
+    scale_names.push_back(e.name + kQ8ScaleSuffix);
+    tensors.push_back({e.name, DType::i8, e.shape, q.back().data()});
+    tensors.push_back({scale_names.back(), DType::f32, {e.shape[1]}, scales.back().data()});
+  }
+  write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}, {"weights", kQ8Format}});
+  return expanded;
 }
 
 namespace {

@@ -18,15 +18,24 @@ namespace lockstep::format {
 // `loaded` lists parameters the file leaves out (model.json's `loaded`): the file must hold every
 // other parameter and none of these, which are read from their own files by read_loaded_tensor
 // before the SHA-256 check.
+//
+// `weight_format` "q8": every matrix parameter is I8 with an F32 `<name>.scale` [columns] beside
+// it, expanded exactly (format/q8.hpp); vectors stay F32.
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
-                                std::span<const LoadedTensor> loaded = {});
+                                std::span<const LoadedTensor> loaded = {},
+                                const std::string& weight_format = "float32");
 
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
 // registry order (so the data section is exactly the flat vector's bytes).
 // Parameters named in `omit` are left out of the file (a checkpoint's :load parameters).
 void write_weights(const std::string& path, const ModelConfig& config,
                    std::span<const float> parameters, std::span<const std::string> omit = {});
+
+// Writes the parameters packed as q8 (format/q8.hpp) and returns the expanded f32 parameters
+// they now stand for (whose SHA-256 model.json records).
+std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& config,
+                                    std::span<const float> parameters);
 
 // One F32 tensor of `shape` named `tensor` in the safetensors file at `path`, every value finite,
 // and the SHA-256 of the whole file. Refusals: Error(io) when the file cannot be read,

@@ -129,7 +129,7 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   // A frozen :load parameter is read from the file the run read (relative: from the current
   // directory), refused with LS-LOAD-001 when that file has changed.
   std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
-                                                   d.config, weights->sha256, d.loaded);
+                                                   d.config, weights->sha256, d.loaded, weights->format);
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
   auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options);

@@ -1,0 +1,20 @@
+// Packed int8 weights ("q8"): each matrix [K, N] (in_out) is stored as int8 values with one f32
+// scale per output column. Loading expands every weight exactly to the f32 value the packing
+// defines, w = float(q) * scale[n] (one rounded multiply), so every path computes from the same
+// f32 weights. Vectors (norm weights) stay f32. docs/FORMAT.md, "Packed weights".
+#pragma once
+
+#include <cstdint>
+
+namespace lockstep::format {
+
+inline constexpr const char* kQ8Format = "q8";
+inline constexpr const char* kQ8ScaleSuffix = ".scale";
+
+// scale[n] = max_k |w[k, n]| / 127 (f32, 0 for an all-zero column);
+// q[k, n] = round-half-even(w[k, n] / scale[n]) clamped to [-127, 127] (0 where scale is 0).
+void pack_q8(const float* w, int64_t K, int64_t N, int8_t* q, float* scale);
+// w[k, n] = float(q[k, n]) * scale[n].
+void expand_q8(const int8_t* q, const float* scale, int64_t K, int64_t N, float* w);
+
+}  // namespace lockstep::format
