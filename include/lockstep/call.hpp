@@ -10,6 +10,7 @@
 
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/prefix_cache.hpp"
 
 namespace lockstep {
 
@@ -40,6 +41,12 @@ class CallLayout {
   size_t input_bytes_ = 0, output_bytes_ = 0;
 };
 
+// What a batch of calls computed: rows the model ran, and rows a prefix cache supplied instead.
+struct CallStats {
+  uint64_t rows_computed = 0;
+  uint64_t rows_reused = 0;
+};
+
 struct CallResult {
   bool ok = false;
   std::string error;  // what was wrong with this call's input, when !ok
@@ -50,9 +57,14 @@ struct CallResult {
 // window) gets its own error and the others run. Only what the layout asks for is computed: no
 // output head without logits, no position after `at`. Every answer has the bits the call would
 // get alone.
+//
+// With a cache (on the cpu device), a call whose outputs start at position p reuses the longest
+// cached prefix of its tokens up to p and computes only the rows after it; every call's rows are
+// then cached for later calls. The bits are the same with or without it.
 std::vector<CallResult> run_calls(const Model& model, const CallLayout& layout,
                                   std::span<const std::span<const uint8_t>> inputs,
                                   std::span<const std::span<uint8_t>> outputs,
-                                  const CallOptions& options = {});
+                                  const CallOptions& options = {}, PrefixCache* cache = nullptr,
+                                  CallStats* stats = nullptr);
 
 }  // namespace lockstep

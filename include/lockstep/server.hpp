@@ -26,6 +26,9 @@ struct ServerOptions {
   bool at = false;                   // a last input `at` i32 [1]; outputs at that position only
   unsigned socket_mode = 0600;       // permission bits of the socket file, 0..0777
   CallOptions call;                  // device and threads of each run
+  // The prefix cache's budget (include/lockstep/prefix_cache.hpp); 0: no cache. The cache works
+  // on the cpu device; on the reference device every call computes from position 0.
+  size_t cache_bytes = size_t{256} << 20;
 };
 
 inline constexpr int max_server_batch = 1024;
@@ -35,6 +38,8 @@ inline constexpr int max_server_connections = 1024;
 struct ServerStats {
   uint64_t calls = 0;  // call frames answered, errors included
   uint64_t runs = 0;   // runs of the model that computed at least one call
+  uint64_t rows_computed = 0;  // rows the model computed for the calls
+  uint64_t rows_reused = 0;    // rows the prefix cache supplied instead
 };
 
 class Server {

@@ -99,6 +99,8 @@ Run add_serve(CLI::App& app) {
     std::string precision;
     std::string socket_mode = "0600";
     bool trained = false;
+    int64_t cache_mb = 256;
+    bool no_cache = false;
     DeviceFlags device;
   };
   auto f = std::make_shared<Flags>();
@@ -112,6 +114,9 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--precision", f->precision, "bf16: matmul operands rounded to bf16");
   cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
   cmd->add_option("--socket-mode", f->socket_mode, "permission bits of the socket, octal")->capture_default_str();
+  cmd->add_option("--cache-mb", f->cache_mb, "prefix cache size in MiB (keys and values of computed rows)")
+      ->capture_default_str();
+  cmd->add_flag("--no-cache", f->no_cache, "no prefix cache: every call computes from position 0");
   f->device.add_to(*cmd);
   return [f] {
     ServerOptions options = f->server;
@@ -119,6 +124,9 @@ Run add_serve(CLI::App& app) {
       throw Error(ErrorKind::invalid_argument, "--batch must be in [1, " + std::to_string(max_server_batch) +
                                                    "], got " + std::to_string(options.batch));
     options.socket_mode = parse_socket_mode(f->socket_mode);
+    if (f->cache_mb < 0 || f->cache_mb > (int64_t{1} << 20))
+      throw Error(ErrorKind::invalid_argument, "--cache-mb must be in [0, 1048576], got " + std::to_string(f->cache_mb));
+    options.cache_bytes = f->no_cache ? 0 : static_cast<size_t>(f->cache_mb) << 20;
     LoadOptions load = f->device.load_options();
     load.trained = f->trained;
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
@@ -134,8 +142,9 @@ Run add_serve(CLI::App& app) {
     SignalWatcher watcher(stop_signals, server);
     const ServerStats stats = server.serve();
     const int signo = watcher.received();
-    std::printf("lockstep serve: stopped by %s, %s in %s\n", signal_name(signo),
-                count(stats.calls, "call", "calls").c_str(), count(stats.runs, "run", "runs").c_str());
+    std::printf("lockstep serve: stopped by %s, %s in %s, %s computed, %s reused\n", signal_name(signo),
+                count(stats.calls, "call", "calls").c_str(), count(stats.runs, "run", "runs").c_str(),
+                count(stats.rows_computed, "row", "rows").c_str(), count(stats.rows_reused, "row", "rows").c_str());
     std::fflush(stdout);
     return signo ? 128 + signo : 0;
   };

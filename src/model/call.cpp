@@ -1,5 +1,8 @@
 #include "lockstep/call.hpp"
 
+#include "core/fpenv.hpp"
+#include "model/prefix_cache_impl.hpp"
+
 #include <bit>
 #include <cstring>
 
@@ -63,10 +66,58 @@ int64_t CallLayout::hidden_offset() const {
   return off;
 }
 
+namespace {
+
+// The calls' rows through the prefix cache: each reuses the longest cached prefix that ends
+// before its first output, computes the rest in one forward pass with the others, and is then
+// cached itself.
+CallStats forward_with_cache(const Model& model, std::span<const RowRequest> rows, const CallOptions& options,
+                             PrefixCache& cache) {
+  const Model::Impl& m = model.impl();
+  PrefixCache::Impl& c = cache.impl();
+  const int32_t window = m.config.length;
+  std::vector<std::unique_ptr<KvCache>> kv(rows.size());
+  std::vector<RowWork> work(rows.size());
+  uint64_t computed = 0, reused = 0;
+  {
+    std::lock_guard lock(c.mutex);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const RowRequest& r = rows[i];
+      const auto [entry, length] = c.find(r.ids, r.out_begin);
+      int32_t start = 0;
+      if (entry) {
+        start = length;
+        // A prefix the call covers whole moves out of the cache (this call's entry replaces it);
+        // a longer entry lends a copy of its first positions.
+        kv[i] = static_cast<int32_t>(entry->tokens.size()) == length ? c.take(entry)
+                                                                     : std::make_unique<KvCache>(entry->kv->copy(length));
+      } else {
+        kv[i] = std::make_unique<KvCache>(m.config, window);
+      }
+      work[i] = {r.ids.subspan(0, static_cast<size_t>(r.out_end)), start, r.out_begin, r.out_end, r.logits, r.hidden, kv[i].get()};
+      computed += static_cast<uint64_t>(r.out_end - start);
+      reused += static_cast<uint64_t>(start);
+    }
+  }
+  {
+    FloatEnvScope env;
+    forward_fast(m, work, m.threads_for(options));
+  }
+  std::lock_guard lock(c.mutex);
+  for (size_t i = 0; i < rows.size(); ++i) c.insert(work[i].ids, std::move(kv[i]));
+  c.stats.rows_computed += computed;
+  c.stats.rows_reused += reused;
+  return {computed, reused};
+}
+
+}  // namespace
+
 std::vector<CallResult> run_calls(const Model& model, const CallLayout& layout,
                                   std::span<const std::span<const uint8_t>> inputs,
                                   std::span<const std::span<uint8_t>> outputs,
-                                  const CallOptions& options) {
+                                  const CallOptions& options, PrefixCache* cache, CallStats* stats) {
+  if (cache && &cache->model() != &model)
+    throw Error(ErrorKind::invalid_argument, "the prefix cache belongs to another model");
   const ModelConfig& c = model.config();
   const int32_t T = c.length;
   std::vector<CallResult> results(inputs.size());
@@ -117,7 +168,20 @@ std::vector<CallResult> run_calls(const Model& model, const CallLayout& layout,
     rows.push_back(row);
     row_call.push_back(i);
   }
-  if (!rows.empty()) model.forward(rows, options);
+  const Device device = options.device.value_or(model.default_device());
+  CallStats counted;
+  if (!rows.empty()) {
+    if (cache && device == Device::cpu) {
+      counted = forward_with_cache(model, rows, options, *cache);
+    } else {
+      model.forward(rows, options);
+      for (const RowRequest& r : rows) counted.rows_computed += static_cast<uint64_t>(r.out_end);
+    }
+  }
+  if (stats) {
+    stats->rows_computed += counted.rows_computed;
+    stats->rows_reused += counted.rows_reused;
+  }
   for (size_t i : row_call) results[i].ok = true;
   return results;
 }

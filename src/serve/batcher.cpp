@@ -6,8 +6,10 @@
 
 namespace lockstep::serve {
 
-Batcher::Batcher(const Model& model, const CallLayout& layout, int batch, const CallOptions& options)
-    : model_(model), layout_(layout), batch_(static_cast<size_t>(std::max(batch, 1))), options_(options) {
+Batcher::Batcher(const Model& model, const CallLayout& layout, int batch, const CallOptions& options,
+                 PrefixCache* cache)
+    : model_(model), layout_(layout), batch_(static_cast<size_t>(std::max(batch, 1))), options_(options),
+      cache_(cache) {
   running_.reserve(batch_);
   inputs_.reserve(batch_);
   outputs_.reserve(batch_);
@@ -48,7 +50,10 @@ void Batcher::run_front(std::unique_lock<std::mutex>& lock) {
   std::vector<CallResult> results;
   std::string failure;
   try {
-    results = run_calls(model_, layout_, inputs_, outputs_, options_);
+    CallStats stats;
+    results = run_calls(model_, layout_, inputs_, outputs_, options_, cache_, &stats);
+    rows_computed_.fetch_add(stats.rows_computed, std::memory_order_relaxed);
+    rows_reused_.fetch_add(stats.rows_reused, std::memory_order_relaxed);
   } catch (const std::bad_alloc&) {
     failure = "the server ran out of memory running this call";
   } catch (const std::exception& e) {

@@ -23,7 +23,9 @@ namespace lockstep::serve {
 class Batcher {
  public:
   // `model` and `layout` must outlive the batcher. `batch` >= 1.
-  Batcher(const Model& model, const CallLayout& layout, int batch, const CallOptions& options);
+  // `cache` (null: none) must outlive the batcher too.
+  Batcher(const Model& model, const CallLayout& layout, int batch, const CallOptions& options,
+          PrefixCache* cache = nullptr);
 
   // Runs one call and returns when it is answered: `input` holds layout.input_bytes() bytes and
   // `output` receives layout.output_bytes(). Safe from any number of threads at once. The result
@@ -32,6 +34,9 @@ class Batcher {
 
   // Runs of the model that computed at least one call.
   uint64_t runs() const { return runs_.load(std::memory_order_relaxed); }
+  // Rows the model computed, and rows the prefix cache supplied.
+  uint64_t rows_computed() const { return rows_computed_.load(std::memory_order_relaxed); }
+  uint64_t rows_reused() const { return rows_reused_.load(std::memory_order_relaxed); }
 
  private:
   struct Pending {
@@ -51,6 +56,7 @@ class Batcher {
   const CallLayout& layout_;
   const size_t batch_;
   const CallOptions options_;
+  PrefixCache* const cache_;
 
   std::mutex mutex_;
   std::deque<Pending*> queue_;  // waiting, oldest first; non-empty only while busy_
@@ -60,6 +66,8 @@ class Batcher {
   std::vector<std::span<const uint8_t>> inputs_;
   std::vector<std::span<uint8_t>> outputs_;
   std::atomic<uint64_t> runs_{0};
+  std::atomic<uint64_t> rows_computed_{0};
+  std::atomic<uint64_t> rows_reused_{0};
 };
 
 }  // namespace lockstep::serve

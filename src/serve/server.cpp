@@ -54,7 +54,9 @@ struct Server::Impl {
         options(checked(o)),
         layout(model->config(), options.outputs, options.at),
         handshake(serve::handshake_json(*model, layout)),
-        batcher(*model, layout, options.batch, options.call),
+        cache(options.cache_bytes > 0 ? std::make_unique<PrefixCache>(model, PrefixCacheOptions{options.cache_bytes})
+                                      : nullptr),
+        batcher(*model, layout, options.batch, options.call, cache.get()),
         context{layout, handshake, batcher, stopping, calls, finished_mutex, finished} {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));
@@ -84,6 +86,7 @@ struct Server::Impl {
   ServerOptions options;
   CallLayout layout;
   std::string handshake;
+  std::unique_ptr<PrefixCache> cache;  // before the batcher, which holds a pointer to it
   serve::Batcher batcher;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> calls{0};
@@ -161,7 +164,8 @@ const std::string& Server::handshake() const { return impl_->handshake; }
 const ServerOptions& Server::options() const { return impl_->options; }
 
 ServerStats Server::stats() const {
-  return {impl_->calls.load(std::memory_order_relaxed), impl_->batcher.runs()};
+  return {impl_->calls.load(std::memory_order_relaxed), impl_->batcher.runs(), impl_->batcher.rows_computed(),
+          impl_->batcher.rows_reused()};
 }
 
 void Server::stop() noexcept {

@@ -83,10 +83,6 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
   const bool averaged = !options.trained && !ck.state.ema.empty();
   const std::vector<float>& weights = averaged ? ck.state.ema : ck.state.parameters;
 
-  std::string absolute = resolved.model_dir;
-  std::error_code ec;
-  const auto canonical = std::filesystem::weakly_canonical(resolved.model_dir, ec);
-  if (!ec) absolute = canonical.string();
 
   format::AtomicDirectory out(dir);
   format::ModelDescription d;
@@ -95,7 +91,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
   d.precision = ck.model.precision;
   d.source.step = ck.step;
   d.source.slug = ck.model.source.slug;
-  d.source.checkpoint = absolute;
+  d.source.checkpoint = resolved.model_dir;  // as the caller named it: no machine's paths added
   d.weights_averaged = averaged;
   const std::string weights_path = out.file(format::kWeightsFile);
   if (options.pack == format::kQ8Format) {

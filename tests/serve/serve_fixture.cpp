@@ -207,7 +207,7 @@ std::string call_input(const std::vector<int32_t>& ids, std::optional<int32_t> a
 
 std::pair<int64_t, int64_t> stop_counts(const std::string& out, const std::string& signal_name) {
   const std::regex re("lockstep serve: stopped by " + signal_name +
-                      ", ([0-9,]+) calls? in ([0-9,]+) runs?\n");
+                      ", ([0-9,]+) calls? in ([0-9,]+) runs?, [0-9,]+ rows? computed, [0-9,]+ rows? reused\n");
   std::smatch m;
   if (!std::regex_search(out, m, re)) return {-1, -1};
   auto number = [](std::string s) {

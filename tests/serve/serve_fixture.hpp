@@ -84,7 +84,8 @@ std::string answer_alone(const Model& model, const CallLayout& layout, const std
 // A call's input bytes: ids then (with at) at.
 std::string call_input(const std::vector<int32_t>& ids, std::optional<int32_t> at = std::nullopt);
 
-// "lockstep serve: stopped by SIGTERM, 12 calls in 7 runs" -> {12, 7}; {-1, -1} when absent.
+// "lockstep serve: stopped by SIGTERM, 12 calls in 7 runs, 90 rows computed, 40 rows reused"
+// -> {12, 7}; {-1, -1} when absent.
 std::pair<int64_t, int64_t> stop_counts(const std::string& out, const std::string& signal_name);
 
 }  // namespace lockstep::test

@@ -1,0 +1,116 @@
+#include <algorithm>
+#include <cstring>
+
+#include "model/prefix_cache_impl.hpp"
+
+namespace lockstep {
+
+PrefixCache::PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!model) throw Error(ErrorKind::invalid_argument, "a prefix cache needs a model");
+  if (options.block < 1) throw Error(ErrorKind::invalid_argument, "the prefix cache's block must be at least 1");
+  impl_->model = std::move(model);
+  impl_->options = options;
+}
+
+PrefixCache::~PrefixCache() = default;
+
+const Model& PrefixCache::model() const { return *impl_->model; }
+
+PrefixCacheStats PrefixCache::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+std::vector<uint64_t> PrefixCache::Impl::prefix_hashes(std::span<const int32_t> tokens) const {
+  // FNV-1a over each token's four bytes, chained: h_L extends h_{L-1}.
+  std::vector<uint64_t> out(tokens.size());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const uint32_t t = static_cast<uint32_t>(tokens[i]);
+    for (int b = 0; b < 4; ++b) {
+      h ^= (t >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+    out[i] = h & options.hash_mask;
+  }
+  return out;
+}
+
+std::pair<PrefixCache::Impl::Entry*, int32_t> PrefixCache::Impl::find(std::span<const int32_t> tokens, int32_t limit) {
+  if (limit <= 0 || index.empty()) return {nullptr, 0};
+  const std::vector<uint64_t> hashes = prefix_hashes(tokens.subspan(0, static_cast<size_t>(limit)));
+  for (int32_t L = limit; L >= 1; --L) {
+    const auto it = index.find(hashes[static_cast<size_t>(L - 1)]);
+    if (it == index.end()) continue;
+    for (Entry* e : it->second) {
+      if (static_cast<int32_t>(e->tokens.size()) < L) continue;
+      // The hash only finds candidates; the tokens decide.
+      if (std::memcmp(e->tokens.data(), tokens.data(), static_cast<size_t>(L) * sizeof(int32_t)) != 0) {
+        ++stats.collisions;
+        continue;
+      }
+      lru.splice(lru.begin(), lru, e->lru);
+      return {e, L};
+    }
+  }
+  return {nullptr, 0};
+}
+
+void PrefixCache::Impl::remove(Entry* e) {
+  for (uint64_t key : e->keys) {
+    auto it = index.find(key);
+    if (it == index.end()) continue;
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), e), list.end());
+    if (list.empty()) index.erase(it);
+  }
+  lru.erase(e->lru);
+  stats.bytes -= e->kv->bytes();
+  --stats.entries;
+  storage.erase(std::find_if(storage.begin(), storage.end(), [e](const auto& p) { return p.get() == e; }));
+}
+
+std::unique_ptr<KvCache> PrefixCache::Impl::take(Entry* e) {
+  std::unique_ptr<KvCache> kv = std::move(e->kv);
+  e->kv = std::make_unique<KvCache>(0, 0, 0);  // bytes() of the placeholder is 0
+  stats.bytes -= kv->bytes();
+  remove(e);
+  return kv;
+}
+
+void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<KvCache> kv) {
+  if (kv->bytes() > options.max_bytes) return;  // it could never stay: not filed at all
+  // Entries that are prefixes of this one are redundant now.
+  const std::vector<uint64_t> hashes = prefix_hashes(tokens);
+  if (auto it = index.find(hashes.back()); it != index.end()) {
+    for (Entry* e : std::vector<Entry*>(it->second))
+      if (e->tokens.size() == tokens.size() && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) remove(e);
+  }
+  for (size_t L = 1; L < tokens.size(); ++L) {
+    auto it = index.find(hashes[L - 1]);
+    if (it == index.end()) continue;
+    for (Entry* e : std::vector<Entry*>(it->second))
+      if (e->tokens.size() == L && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) remove(e);
+  }
+  auto entry = std::make_unique<Entry>();
+  Entry* e = entry.get();
+  e->tokens.assign(tokens.begin(), tokens.end());
+  e->kv = std::move(kv);
+  const size_t n = tokens.size();
+  const size_t block = static_cast<size_t>(options.block);
+  for (size_t L = block; L <= n; L += block) e->keys.push_back(hashes[L - 1]);
+  if (n % block != 0) e->keys.push_back(hashes[n - 1]);
+  for (uint64_t key : e->keys) index[key].push_back(e);
+  lru.push_front(e);
+  e->lru = lru.begin();
+  stats.bytes += e->kv->bytes();
+  ++stats.entries;
+  storage.push_back(std::move(entry));
+  while (stats.bytes > options.max_bytes && !lru.empty()) {
+    remove(lru.back());
+    ++stats.evictions;
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,45 @@
+// The prefix cache's entries and index (include/lockstep/prefix_cache.hpp), for run_calls.
+#pragma once
+
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "lockstep/prefix_cache.hpp"
+#include "model/model_impl.hpp"
+
+namespace lockstep {
+
+struct PrefixCache::Impl {
+  struct Entry {
+    std::vector<int32_t> tokens;   // positions [0, tokens.size()) whose keys and values kv holds
+    std::unique_ptr<KvCache> kv;
+    std::vector<uint64_t> keys;    // the index keys it is filed under
+    std::list<Entry*>::iterator lru;
+  };
+
+  std::shared_ptr<const Model> model;
+  PrefixCacheOptions options;
+  mutable std::mutex mutex;
+  std::list<Entry*> lru;  // most recently used first
+  std::unordered_map<uint64_t, std::vector<Entry*>> index;
+  std::vector<std::unique_ptr<Entry>> storage;
+  PrefixCacheStats stats;
+
+  // The prefix hashes h_1 .. h_n of tokens (h_L covers tokens [0, L)), masked.
+  std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens) const;
+
+  // The entry with the longest prefix of `tokens` of at most `limit` positions, and that length;
+  // only lengths the index files (block multiples, an entry's full length) are found.
+  std::pair<Entry*, int32_t> find(std::span<const int32_t> tokens, int32_t limit);
+  // Takes an entry's keys and values out (the entry is removed), or copies its first `positions`.
+  std::unique_ptr<KvCache> take(Entry* entry);
+  // Files `kv` (holding `tokens`) as the most recent entry, drops entries it makes redundant
+  // (its prefixes), then evicts the least recently used until within max_bytes.
+  void insert(std::span<const int32_t> tokens, std::unique_ptr<KvCache> kv);
+  void remove(Entry* entry);
+};
+
+}  // namespace lockstep

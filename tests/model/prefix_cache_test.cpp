@@ -1,0 +1,123 @@
+// The prefix cache: calls through it get the bits of the same calls without it, whatever the
+// cache holds: shared and unshared prefixes, batches, evictions, a cache too small for one window,
+// and forced hash collisions. And it does reuse rows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "lockstep/call.hpp"
+#include "lockstep/model.hpp"
+#include "lockstep/prefix_cache.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+// One call's input bytes: ids [1, T] then `at` (when the layout has it).
+std::vector<uint8_t> input_of(const std::vector<int32_t>& ids, int32_t at, bool with_at) {
+  std::vector<uint8_t> bytes(ids.size() * 4 + (with_at ? 4 : 0));
+  std::memcpy(bytes.data(), ids.data(), ids.size() * 4);
+  if (with_at) std::memcpy(bytes.data() + ids.size() * 4, &at, 4);
+  return bytes;
+}
+
+// Runs the calls in batches of `batch` with and without the cache and compares every answer.
+void expect_same_answers(const std::shared_ptr<const Model>& model, const CallLayout& layout,
+                         const std::vector<std::vector<uint8_t>>& calls, size_t batch, PrefixCache& cache,
+                         const std::string& what) {
+  for (size_t begin = 0; begin < calls.size(); begin += batch) {
+    const size_t n = std::min(batch, calls.size() - begin);
+    std::vector<std::vector<uint8_t>> with(n, std::vector<uint8_t>(layout.output_bytes()));
+    std::vector<std::vector<uint8_t>> without(n, std::vector<uint8_t>(layout.output_bytes()));
+    std::vector<std::span<const uint8_t>> in;
+    std::vector<std::span<uint8_t>> out_with, out_without;
+    for (size_t i = 0; i < n; ++i) {
+      in.emplace_back(calls[begin + i]);
+      out_with.emplace_back(with[i]);
+      out_without.emplace_back(without[i]);
+    }
+    const auto a = run_calls(*model, layout, in, out_with, {Device::cpu, 2}, &cache);
+    const auto b = run_calls(*model, layout, in, out_without, {Device::cpu, 1});
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i].ok, b[i].ok) << what;
+      ASSERT_EQ(with[i], without[i]) << what << ": call " << begin + i;
+    }
+  }
+}
+
+// Sampling-loop calls: several prompts (some sharing a prefix), each growing one token per call,
+// interleaved; plus calls that jump back to shorter prefixes.
+std::vector<std::vector<uint8_t>> sampling_calls(const ModelConfig& c, bool with_at, uint64_t seed) {
+  std::vector<std::vector<int32_t>> texts;
+  const auto shared = test::random_ids(c.length, c.vocab_size, seed);
+  for (int p = 0; p < 4; ++p) {
+    auto t = test::random_ids(c.length, c.vocab_size, seed + 1 + static_cast<uint64_t>(p));
+    if (p < 2) std::copy(shared.begin(), shared.begin() + c.length / 2, t.begin());  // a shared prefix
+    texts.push_back(t);
+  }
+  std::vector<std::vector<uint8_t>> calls;
+  for (int32_t at = 0; at < c.length; ++at)
+    for (const auto& t : texts) {
+      std::vector<int32_t> window(t.begin(), t.begin() + at + 1);
+      window.resize(static_cast<size_t>(c.length), 0);  // padding after `at` is never read
+      calls.push_back(input_of(window, at, with_at));
+      if (at % 7 == 3) calls.push_back(input_of(window, at / 2, with_at));  // back to a shorter prefix
+    }
+  return calls;
+}
+
+TEST(PrefixCache, AnswersEqualTheUncachedOnesAndRowsAreReused) {
+  for (const ModelConfig& c : {test::tiny_config(24), test::tiny_gqa_config(20)}) {
+    const auto model = Model::from_parameters(c, init_parameters(c, 21));
+    for (const bool with_at : {true, false}) {
+      const CallLayout layout(c, {}, with_at);
+      PrefixCache cache(model);
+      const auto calls = sampling_calls(c, with_at, 30);
+      for (size_t batch : {size_t{1}, size_t{3}, size_t{8}})
+        expect_same_answers(model, layout, calls, batch, cache, std::string("at ") + (with_at ? "yes" : "no") +
+                                                                    " batch " + std::to_string(batch));
+      const PrefixCacheStats s = cache.stats();
+      if (with_at) {
+        // Each loop step reuses its whole prefix; the jumps back to a shorter prefix reuse only
+        // whole blocks of 16 (the entries ending there were replaced by longer ones).
+        EXPECT_GT(s.rows_reused, 2 * s.rows_computed) << "a sampling loop should mostly reuse";
+      } else {
+        EXPECT_EQ(s.rows_reused, 0u) << "calls wanting every position's outputs compute every row";
+      }
+    }
+  }
+}
+
+TEST(PrefixCache, EvictionsATinyCacheAndForcedCollisionsNeverChangeABit) {
+  const ModelConfig c = test::tiny_gqa_config(20);
+  const auto model = Model::from_parameters(c, init_parameters(c, 22));
+  const CallLayout layout(c, {"logits"}, true);
+  const auto calls = sampling_calls(c, true, 40);
+  const size_t one_window = 2 * static_cast<size_t>(c.n_layers) * c.length * c.kv_dim() * sizeof(float);
+  struct Case {
+    const char* name;
+    PrefixCacheOptions options;
+  };
+  for (const Case& k : {Case{"two windows", {2 * one_window, 16, ~uint64_t{0}}},
+                        Case{"smaller than one window", {one_window / 2, 16, ~uint64_t{0}}},
+                        Case{"colliding hashes", {size_t{64} << 20, 4, 0x3}}}) {
+    PrefixCache cache(model, k.options);
+    expect_same_answers(model, layout, calls, 5, cache, k.name);
+    const PrefixCacheStats s = cache.stats();
+    if (std::string(k.name) == "two windows") {
+      EXPECT_GT(s.evictions, 0u);
+    }
+    if (std::string(k.name) == "smaller than one window") {
+      EXPECT_EQ(s.entries, 0u);
+      EXPECT_EQ(s.rows_reused, 0u);
+    }
+    if (std::string(k.name) == "colliding hashes") {
+      EXPECT_GT(s.collisions, 0u);
+      EXPECT_GT(s.rows_reused, 0u);
+    }
+    EXPECT_LE(s.bytes, k.options.max_bytes);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
