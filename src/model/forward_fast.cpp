@@ -121,6 +121,31 @@ std::pair<int64_t, int64_t> item_share(const std::vector<AttentionItem>& items, 
 
 }  // namespace
 
+ScratchPool::Block ScratchPool::take(size_t floats) {
+  {
+    std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].capacity >= floats) {
+        Block b = std::move(free_[i]);
+        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+        return b;
+      }
+    }
+  }
+  return {simd::aligned_floats(floats), floats};
+}
+
+void ScratchPool::give(Block block) noexcept {
+  constexpr size_t kKept = 4;
+  try {
+    std::lock_guard lock(mutex_);
+    free_.push_back(std::move(block));
+    std::sort(free_.begin(), free_.end(), [](const Block& a, const Block& b) { return a.capacity > b.capacity; });
+    if (free_.size() > kKept) free_.resize(kKept);
+  } catch (...) {
+  }
+}
+
 KvCache::KvCache(int32_t layers, int32_t dim, int32_t cap)
     : capacity(cap), n_layers(layers), kv_dim(dim),
       keys(simd::aligned_floats(static_cast<size_t>(layers) * dim * cap)),
@@ -155,28 +180,57 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   int64_t fresh = 0;  // scratch floats for the keys and values of rows without a cache
   for (const RowWork& r : rows)
     if (!r.cache) fresh += 2 * static_cast<int64_t>(r.out_end) * kv_dim;
-  simd::AlignedFloats kv_scratch = simd::aligned_floats(static_cast<size_t>(std::max<int64_t>(fresh, 1)));
-  const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch.get());
+  int64_t longest = 0, tokens = 0, outputs = 0;
+  bool want_logits = false;
+  for (const RowWork& r : rows) {
+    longest = std::max<int64_t>(longest, r.out_end);
+    tokens += r.out_end - r.start;
+    outputs += r.out_end - r.out_begin;
+    want_logits = want_logits || r.logits != nullptr;
+  }
+  const int n_threads = std::max(1, threads);
+  // Every buffer of the call, carved from one block of the model's scratch pool (64-byte aligned
+  // pieces). Nothing inside the parallel region allocates.
+  const int64_t sizes[] = {fresh,
+                           tokens * d,             // x
+                           tokens * d,             // xn
+                           tokens * qkv_ld,        // qkv
+                           tokens * q_dim,         // att
+                           tokens * 2 * ff,        // gu
+                           tokens * ff,            // h
+                           tokens * d,             // o
+                           n_threads * kQueriesPerItem * longest,  // scores
+                           outputs * d,            // out_x
+                           want_logits ? outputs * vocab : 0};  // out_logits
+  auto padded = [](int64_t n) { return (std::max<int64_t>(n, 1) + 15) / 16 * 16; };
+  int64_t total = 0;
+  for (int64_t n : sizes) total += padded(n);
+  const ScratchLease lease(m.scratch, static_cast<size_t>(total));
+  float* buffers[std::size(sizes)];
+  {
+    float* next = lease.data();
+    for (size_t i = 0; i < std::size(sizes); ++i) {
+      buffers[i] = next;
+      next += padded(sizes[i]);
+    }
+  }
+  float* const kv_scratch = buffers[0];
+  float* const x = buffers[1];
+  float* const xn = buffers[2];
+  float* const qkv = buffers[3];
+  float* const att = buffers[4];
+  float* const gu = buffers[5];
+  float* const h = buffers[6];
+  float* const o = buffers[7];
+  float* const scores = buffers[8];
+  float* const out_x = buffers[9];
+  float* const out_logits = buffers[10];
+
+  const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch);
   const std::vector<AttentionItem> items = attention_items(plan, rows, c.n_heads);
   const int64_t R = plan.tokens;
   const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
-  bool want_logits = false;
-  for (const RowWork& r : rows) want_logits = want_logits || r.logits != nullptr;
-
   ThreadPool& pool = m.thread_pool();
-  const int n_threads = std::max(1, threads);
-
-  // Workspace, allocated before the parallel region (nothing inside it may throw).
-  simd::AlignedFloats x = simd::aligned_floats(static_cast<size_t>(R * d));
-  simd::AlignedFloats xn = simd::aligned_floats(static_cast<size_t>(R * d));
-  simd::AlignedFloats qkv = simd::aligned_floats(static_cast<size_t>(R * qkv_ld));
-  simd::AlignedFloats att = simd::aligned_floats(static_cast<size_t>(R * q_dim));
-  simd::AlignedFloats gu = simd::aligned_floats(static_cast<size_t>(R * 2 * ff));
-  simd::AlignedFloats h = simd::aligned_floats(static_cast<size_t>(R * ff));
-  simd::AlignedFloats o = simd::aligned_floats(static_cast<size_t>(R * d));
-  simd::AlignedFloats scores = simd::aligned_floats(static_cast<size_t>(n_threads * kQueriesPerItem * plan.longest));
-  simd::AlignedFloats out_x = simd::aligned_floats(static_cast<size_t>(std::max<int64_t>(R_out * d, 1)));
-  simd::AlignedFloats out_logits = simd::aligned_floats(static_cast<size_t>(want_logits ? R_out * vocab : 1));
   Barrier barrier(n_threads);
 
   pool.run(n_threads, [&](int w, int n) {
@@ -185,26 +239,26 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
     for (int64_t t = t0; t < t1; ++t) {
       const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
       const int32_t id = row.ids[static_cast<size_t>(plan.token_pos[static_cast<size_t>(t)])];
-      std::copy_n(p + m.registry.embed() + static_cast<int64_t>(id) * d, d, x.get() + t * d);
+      std::copy_n(p + m.registry.embed() + static_cast<int64_t>(id) * d, d, x + t * d);
     }
     for (int32_t l = 0; l < c.n_layers; ++l) {
       const ParameterRegistry::Layer& lw = m.registry.layer(l);
       const simd::PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
       // x = x + (the previous layer's MLP output); xn = rmsnorm(x)
       for (int64_t t = t0; t < t1; ++t) {
-        if (l > 0) k.add(x.get() + t * d, o.get() + t * d, d);
-        k.rmsnorm(x.get() + t * d, p + lw.attn_norm, xn.get() + t * d, d, c.norm_eps);
-        if (bf16) k.round_bf16(xn.get() + t * d, xn.get() + t * d, d);
+        if (l > 0) k.add(x + t * d, o + t * d, d);
+        k.rmsnorm(x + t * d, p + lw.attn_norm, xn + t * d, d, c.norm_eps);
+        if (bf16) k.round_bf16(xn + t * d, xn + t * d, d);
       }
       barrier.wait();
       // [q | k | v] = xn @ [wq | wk | wv]
-      matmul_part(k, xn.get(), d, R, pl.qkv, qkv.get(), qkv_ld, w, n);
+      matmul_part(k, xn, d, R, pl.qkv, qkv, qkv_ld, w, n);
       barrier.wait();
       // RoPE on q and k at each token's position; keys (transposed) and values into the row's store.
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
         const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
-        float* row = qkv.get() + t * qkv_ld;
+        float* row = qkv + t * qkv_ld;
         const float* cos_row = m.rope_cos.data() + pos * half;
         const float* sin_row = m.rope_sin.data() + pos * half;
         k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
@@ -218,15 +272,15 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
       // Attention: each query over its row's positions [0, pos].
       {
         const auto [u0, u1] = item_share(items, w, n);
-        float* scratch = scores.get() + static_cast<int64_t>(w) * kQueriesPerItem * plan.longest;
+        float* scratch = scores + static_cast<int64_t>(w) * kQueriesPerItem * plan.longest;
         for (int64_t u = u0; u < u1; ++u) {
           const AttentionItem& it = items[static_cast<size_t>(u)];
           const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(it.token)])];
           const int64_t g = it.head / group;
           int64_t keys[kQueriesPerItem];
           for (int32_t i = 0; i < it.count; ++i) keys[i] = plan.token_pos[static_cast<size_t>(it.token + i)] + 1;
-          float* out = att.get() + it.token * q_dim + it.head * hd;
-          k.attention_queries(qkv.get() + it.token * qkv_ld + it.head * hd, qkv_ld, keys, it.count,
+          float* out = att + it.token * q_dim + it.head * hd;
+          k.attention_queries(qkv + it.token * qkv_ld + it.head * hd, qkv_ld, keys, it.count,
                               kv.keys + l * kv.layer_stride + g * hd * kv.ld, kv.ld,
                               kv.values + l * kv.layer_stride + g * hd, kv_dim, static_cast<int32_t>(hd),
                               m.attention_scale, out, q_dim, scratch);
@@ -236,47 +290,47 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
       }
       barrier.wait();
       // o = att @ wo
-      matmul_part(k, att.get(), q_dim, R, pl.wo, o.get(), d, w, n);
+      matmul_part(k, att, q_dim, R, pl.wo, o, d, w, n);
       barrier.wait();
       // x = x + o; xn = rmsnorm(x)
       for (int64_t t = t0; t < t1; ++t) {
-        k.add(x.get() + t * d, o.get() + t * d, d);
-        k.rmsnorm(x.get() + t * d, p + lw.mlp_norm, xn.get() + t * d, d, c.norm_eps);
-        if (bf16) k.round_bf16(xn.get() + t * d, xn.get() + t * d, d);
+        k.add(x + t * d, o + t * d, d);
+        k.rmsnorm(x + t * d, p + lw.mlp_norm, xn + t * d, d, c.norm_eps);
+        if (bf16) k.round_bf16(xn + t * d, xn + t * d, d);
       }
       barrier.wait();
       // [gate | up] = xn @ [w_gate | w_up]; h = silu(gate) * up
-      matmul_part(k, xn.get(), d, R, pl.gate_up, gu.get(), 2 * ff, w, n);
+      matmul_part(k, xn, d, R, pl.gate_up, gu, 2 * ff, w, n);
       barrier.wait();
       for (int64_t t = t0; t < t1; ++t) {
-        k.swiglu(gu.get() + t * 2 * ff, gu.get() + t * 2 * ff + ff, h.get() + t * ff, ff);
-        if (bf16) k.round_bf16(h.get() + t * ff, h.get() + t * ff, ff);
+        k.swiglu(gu + t * 2 * ff, gu + t * 2 * ff + ff, h + t * ff, ff);
+        if (bf16) k.round_bf16(h + t * ff, h + t * ff, ff);
       }
       barrier.wait();
       // o = h @ w_down (added to x by the next layer, or below)
-      matmul_part(k, h.get(), ff, R, pl.w_down, o.get(), d, w, n);
+      matmul_part(k, h, ff, R, pl.w_down, o, d, w, n);
       barrier.wait();
     }
     // Outputs: x = x + o; hidden = rmsnorm(x, final_norm) at the asked positions.
     const auto [r0, r1] = static_range(R_out, w, n);
     for (int64_t i = r0; i < r1; ++i) {
       const int64_t t = plan.out_token[static_cast<size_t>(i)];
-      k.add(x.get() + t * d, o.get() + t * d, d);
-      k.rmsnorm(x.get() + t * d, p + m.registry.final_norm(), out_x.get() + i * d, d, c.norm_eps);
+      k.add(x + t * d, o + t * d, d);
+      k.rmsnorm(x + t * d, p + m.registry.final_norm(), out_x + i * d, d, c.norm_eps);
       const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
       const int64_t slot = plan.out_slot[static_cast<size_t>(i)];
-      if (row.hidden) std::copy_n(out_x.get() + i * d, d, row.hidden + slot * d);
-      if (bf16) k.round_bf16(out_x.get() + i * d, out_x.get() + i * d, d);
+      if (row.hidden) std::copy_n(out_x + i * d, d, row.hidden + slot * d);
+      if (bf16) k.round_bf16(out_x + i * d, out_x + i * d, d);
     }
     if (!want_logits) return;
     barrier.wait();
-    matmul_part(k, out_x.get(), d, R_out, pw.head, out_logits.get(), vocab, w, n);
+    matmul_part(k, out_x, d, R_out, pw.head, out_logits, vocab, w, n);
     barrier.wait();
     for (int64_t i = r0; i < r1; ++i) {
       const int64_t t = plan.out_token[static_cast<size_t>(i)];
       const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
       if (row.logits)
-        std::copy_n(out_logits.get() + i * vocab, vocab, row.logits + plan.out_slot[static_cast<size_t>(i)] * vocab);
+        std::copy_n(out_logits + i * vocab, vocab, row.logits + plan.out_slot[static_cast<size_t>(i)] * vocab);
     }
   });
 }
