@@ -63,5 +63,19 @@ TEST(Golden, LogitsAndLossBitsArePinned) {
   }
 }
 
+// Greedy text from the shipped demo model (examples/models/fortunes), byte for byte, on both
+// devices and through a session: the model file and the whole forward pass are pinned together.
+TEST(Golden, TheShippedModelsGreedyTextIsPinned) {
+  const auto model = Model::load(std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/fortunes");
+  EXPECT_EQ(model->parameters_sha256(), "d37d17ce1fad9b8808e813918a6c5463171764ca2d113b3fbec45b929f9a2bda");
+  const std::string want = "The Comple the start the start the start";
+  for (Device device : {Device::cpu, Device::reference}) {
+    std::vector<int32_t> ids = {'T', 'h', 'e', ' '};
+    while (ids.size() < want.size())
+      ids.push_back(model->next_bytes({ids.data(), 1, static_cast<int64_t>(ids.size())}, {}, {device, 2})[0]);
+    EXPECT_EQ(std::string(ids.begin(), ids.end()), want) << device_name(device);
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
