@@ -80,7 +80,8 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   rope_sin.resize(static_cast<size_t>(c.length) * half);
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
-  packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target));
+  packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
+                              precision == Precision::bf16);
 }
 
 ThreadPool& Model::Impl::thread_pool() const {

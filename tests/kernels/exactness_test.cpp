@@ -73,6 +73,31 @@ TEST(Matmul, EqualsReferenceForEveryShapeAndTarget) {
   }
 }
 
+TEST(Matmul, Bf16WeightsHeldAs16BitsEqualTheBf16Reference) {
+  // Under precision bf16 the weights are bf16 values and may be stored as their 16-bit halves;
+  // activations are rounded by the caller. The chains are ref::matmul_bf16's.
+  uint64_t seed = 9000;
+  for (const Kernels* k : targets()) {
+    for (int M : {1, 2, 3, 4, 7}) {
+      for (int K : {1, 5, 64, 257}) {
+        for (int N : {1, 8, 31, 32, 33, 100}) {
+          auto a = test::random_floats(int64_t{M} * K, seed++);
+          auto w = test::random_floats(int64_t{K} * N, seed++);
+          std::vector<float> want(static_cast<size_t>(M) * N);
+          ref::matmul_bf16(a.data(), w.data(), want.data(), M, K, N);
+          for (float& v : a) v = ref::round_bf16(v);
+          for (float& v : w) v = ref::round_bf16(v);
+          const simd::PackedMatrix packed = simd::pack_matrix(*k, w.data(), K, N, N, /*bf16_storage=*/true);
+          std::vector<float> got(want.size(), -1.0f);
+          k->matmul(a.data(), K, M, packed, 0, packed.panels, got.data(), N);
+          expect_same(got, want, std::string(k->name) + " bf16 matmul M=" + std::to_string(M) + " K=" +
+                                     std::to_string(K) + " N=" + std::to_string(N));
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, PanelRangesAndStridesComposeExactly) {
   // Computing panels in pieces, with padded row strides, gives the same bits as one call.
   for (const Kernels* k : targets()) {

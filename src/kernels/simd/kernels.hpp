@@ -22,13 +22,21 @@ AlignedFloats aligned_floats(size_t n);
 
 // A matrix B [K, N] repacked for the matmul kernel: panels of `panel` columns, each panel stored
 // k-major ([K][panel], columns past N zero), so the kernel streams one contiguous block.
+//
+// Under precision bf16 the weights are bf16 values already, and may be stored as their 16-bit
+// halves (`bf16`): the kernel widens each back to the same f32 value exactly (bits << 16), so the
+// chains are unchanged and the weights move at half the bytes (decoding is memory-bound).
 struct PackedMatrix {
   int64_t K = 0;
   int64_t N = 0;
   int32_t panel = 0;
   int64_t panels = 0;
+  bool bf16 = false;
   AlignedFloats data;
   const float* panel_data(int64_t p) const { return data.get() + p * K * panel; }
+  const uint16_t* panel_data16(int64_t p) const {
+    return reinterpret_cast<const uint16_t*>(data.get()) + p * K * panel;
+  }
 };
 
 struct Kernels {
@@ -99,14 +107,17 @@ struct Kernels {
                              float* scratch) = nullptr;
 };
 
-// Packs w [K, N] (row stride ldw) for `kernels`' matmul.
-PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw);
+// Packs w [K, N] (row stride ldw) for `kernels`' matmul; with bf16_storage the values (which
+// must be bf16 values) are stored as their high 16 bits.
+PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw,
+                         bool bf16_storage = false);
 // Packs the column-wise concatenation [w0 | w1 | ...] of matrices that share K.
 struct MatrixPart {
   const float* w;  // [K, N] row-major
   int64_t N;
 };
-PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K);
+PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
+                         bool bf16_storage = false);
 
 // Storage for a packed [K, N] matrix (columns past N zeroed), to be filled by the functions below;
 // the training step repacks into it every step.

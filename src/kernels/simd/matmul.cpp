@@ -9,6 +9,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "kernels/ref/math.hpp"
@@ -38,8 +39,16 @@ constexpr int64_t kDepth = 256;
 
 using DF = hn::ScalableTag<float>;
 
-template <int MR>
-HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
+// One vector of B: f32 as stored, or bf16 halves widened exactly to the same f32 values.
+HWY_INLINE hn::Vec<DF> LoadB(DF d, const float* HWY_RESTRICT p) { return hn::Load(d, p); }
+HWY_INLINE hn::Vec<DF> LoadB(DF d, const uint16_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::RebindToUnsigned<DF> du;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+
+template <int MR, typename TB>
+HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RESTRICT b,
                      int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first, int64_t cols) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -56,9 +65,9 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_
     for (int v = 0; v < kVectors; ++v)
       acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
   for (int64_t k = 0; k < kc; ++k) {
-    const float* bk = b + k * NR;
+    const TB* bk = b + k * NR;
     hn::Vec<DF> bv[kVectors];
-    for (int v = 0; v < kVectors; ++v) bv[v] = hn::Load(d, bk + v * N);
+    for (int v = 0; v < kVectors; ++v) bv[v] = LoadB(d, bk + v * N);
     for (int i = 0; i < MR; ++i) {
       const auto ai = hn::Set(d, a[i * lda + k]);
       for (int v = 0; v < kVectors; ++v) acc[i][v] = hn::MulAdd(ai, bv[v], acc[i][v]);
@@ -71,8 +80,8 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_
   }
 }
 
-template <int MR>
-HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const float* b, int64_t kc,
+template <int MR, typename TB>
+HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const TB* b, int64_t kc,
                               float* c, int64_t ldc, bool first, int64_t cols) {
   if constexpr (MR > 0) {
     if (rows == MR) {
@@ -85,8 +94,8 @@ HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const f
 
 // Few rows (decoding): MR rows times P panels at once, so that enough independent chains cover
 // the FMA latency and P streams of B are in flight. Panels are full (cols == NR).
-template <int MR, int P>
-HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, int64_t panel_stride,
+template <int MR, int P, typename TB>
+HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RESTRICT b, int64_t panel_stride,
                          int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -100,9 +109,9 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const float* 
     hn::Vec<DF> ai[MR];
     for (int i = 0; i < MR; ++i) ai[i] = hn::Set(d, a[i * lda + k]);
     for (int q = 0; q < P; ++q) {
-      const float* bk = b + q * panel_stride + k * NR;
+      const TB* bk = b + q * panel_stride + k * NR;
       for (int v = 0; v < kVectors; ++v) {
-        const auto bv = hn::Load(d, bk + v * N);
+        const auto bv = LoadB(d, bk + v * N);
         for (int i = 0; i < MR; ++i) acc[i][q][v] = hn::MulAdd(ai[i], bv, acc[i][q][v]);
       }
     }
@@ -113,32 +122,33 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const float* 
 }
 
 // M rows (M * P <= 4) over panels [p, p_end): groups of P full panels, then one panel at a time.
-template <int MR, int P>
-HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, int64_t p, int64_t p_end, float* c,
-                        int64_t ldc) {
+template <int MR, int P, typename TB>
+HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, const TB* data, int64_t p, int64_t p_end,
+                        float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
   const int64_t full_end = std::min(p_end, b.N / NR);  // panels with every column real
   for (; p + P <= full_end; p += P) {
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, K - k0);
-      WideTile<MR, P>(a + k0, lda, b.panel_data(p) + k0 * NR, K * NR, kc, c + p * NR, ldc, k0 == 0);
+      WideTile<MR, P>(a + k0, lda, data + p * K * NR + k0 * NR, K * NR, kc, c + p * NR, ldc, k0 == 0);
     }
   }
   for (; p < p_end; ++p) {
     const int64_t cols = std::min<int64_t>(NR, b.N - p * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, K - k0);
-      Tile<MR>(a + k0, lda, b.panel_data(p) + k0 * NR, kc, c + p * NR, ldc, k0 == 0, cols);
+      Tile<MR>(a + k0, lda, data + p * K * NR + k0 * NR, kc, c + p * NR, ldc, k0 == 0, cols);
     }
   }
 }
 
-void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
-            int64_t p_end, float* c, int64_t ldc) {
+template <typename TB>
+void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, const TB* data, int64_t p_begin,
+              int64_t p_end, float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
-  if (K > 0 && M == 1) return FewRows<1, kWidePanels>(a, lda, b, p_begin, p_end, c, ldc);
+  if (K > 0 && M == 1) return FewRows<1, kWidePanels>(a, lda, b, data, p_begin, p_end, c, ldc);
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const float* bp = b.panel_data(p);
+    const TB* bp = data + p * K * NR;
     const int64_t col0 = p * NR;
     const int64_t cols = std::min<int64_t>(NR, b.N - col0);
     if (K == 0) {
@@ -158,6 +168,42 @@ void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64
   }
 }
 
+// bf16-stored weights with many rows (prefill): each panel's [kDepth][NR] block is widened once
+// into an f32 block in L1 and the f32 tiles run over it, so the widening is paid once per block,
+// not once per row tile. The values, and so the chains, are the same.
+void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
+                   float* c, int64_t ldc) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t K = b.K, NR = b.panel;
+  HWY_ALIGN float block[kDepth * kVectors * (HWY_MAX_BYTES / sizeof(float))];
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint16_t* bp = b.panel_data16(p);
+    const int64_t col0 = p * NR;
+    const int64_t cols = std::min<int64_t>(NR, b.N - col0);
+    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, K - k0);
+      for (int64_t i = 0; i < kc * NR; i += N) hn::Store(LoadB(d, bp + k0 * NR + i), d, block + i);
+      const bool first = k0 == 0;
+      int64_t m = 0;
+      for (; m + kRows <= M; m += kRows)
+        Tile<kRows>(a + m * lda + k0, lda, static_cast<const float*>(block), kc, c + m * ldc + col0, ldc, first, cols);
+      if (m < M)
+        TileRemainder<kRows - 1>(M - m, a + m * lda + k0, lda, static_cast<const float*>(block), kc,
+                                 c + m * ldc + col0, ldc, first, cols);
+    }
+  }
+}
+
+void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
+            int64_t p_end, float* c, int64_t ldc) {
+  if (b.bf16) {
+    if (M > 2 && b.K > 0) return MatmulWidened(a, lda, M, b, p_begin, p_end, c, ldc);
+    return MatmulOf(a, lda, M, b, b.panel_data16(0), p_begin, p_end, c, ldc);
+  }
+  MatmulOf(a, lda, M, b, b.panel_data(0), p_begin, p_end, c, ldc);
+}
+
 void FillMatmul(Kernels& k) {
   k.panel_width = static_cast<int32_t>(kVectors * hn::Lanes(DF()));
   k.row_block = kRows;
@@ -170,12 +216,16 @@ void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64
             int64_t p_end, float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const float* bp = b.panel_data(p);
     const int64_t col0 = p * NR, cols = std::min<int64_t>(NR, b.N - col0);
+    // A weight as f32: stored, or a bf16 half widened exactly.
+    auto weight = [&](int64_t k, int64_t j) {
+      if (!b.bf16) return b.panel_data(p)[k * NR + j];
+      return std::bit_cast<float>(static_cast<uint32_t>(b.panel_data16(p)[k * NR + j]) << 16);
+    };
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t j = 0; j < cols; ++j) {
         float acc = 0.0f;
-        for (int64_t k = 0; k < K; ++k) acc = ref::fma_f32(a[m * lda + k], bp[k * NR + j], acc);
+        for (int64_t k = 0; k < K; ++k) acc = ref::fma_f32(a[m * lda + k], weight(k, j), acc);
         c[m * ldc + col0 + j] = acc;
       }
     }

@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "kernels/ref/math.hpp"
@@ -22,22 +23,32 @@ AlignedFloats aligned_floats(size_t n) {
   return AlignedFloats(static_cast<float*>(p));
 }
 
-PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K) {
+PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
+                         bool bf16_storage) {
   PackedMatrix out;
   out.K = K;
   for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
-  const size_t total = static_cast<size_t>(out.panels * K * out.panel);
-  out.data = aligned_floats(total);
-  std::fill_n(out.data.get(), total, 0.0f);
+  out.bf16 = bf16_storage;
+  const size_t elements = static_cast<size_t>(out.panels * K * out.panel);
+  const size_t floats = bf16_storage ? (elements + 1) / 2 : elements;
+  out.data = aligned_floats(floats);
+  std::fill_n(out.data.get(), floats, 0.0f);
+  uint16_t* const half = reinterpret_cast<uint16_t*>(out.data.get());
   // Row by row: each source row is read once, in order; each panel row written is contiguous.
   for (int64_t k = 0; k < K; ++k) {
     int64_t col = 0;
     for (int i = 0; i < n_parts; ++i) {
       const float* src = parts[i].w + k * parts[i].N;
-      for (int64_t j = 0; j < parts[i].N; ++j, ++col)
-        out.data[static_cast<size_t>((col / out.panel) * K * out.panel + k * out.panel + col % out.panel)] = src[j];
+      for (int64_t j = 0; j < parts[i].N; ++j, ++col) {
+        const size_t at = static_cast<size_t>((col / out.panel) * K * out.panel + k * out.panel + col % out.panel);
+        if (bf16_storage) {
+          half[at] = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[j]) >> 16);
+        } else {
+          out.data[at] = src[j];
+        }
+      }
     }
   }
   return out;
@@ -108,19 +119,20 @@ void pack_transposed_panels(const MatrixPart* parts, int n_parts, PackedMatrix& 
   }
 }
 
-PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw) {
+PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw,
+                         bool bf16_storage) {
   if (ldw == N) {
     const MatrixPart part{w, N};
-    return pack_concat(kernels, &part, 1, K);
+    return pack_concat(kernels, &part, 1, K, bf16_storage);
   }
   std::vector<float> dense(static_cast<size_t>(K * N));
   for (int64_t k = 0; k < K; ++k) std::copy_n(w + k * ldw, N, dense.data() + k * N);
   const MatrixPart part{dense.data(), N};
-  return pack_concat(kernels, &part, 1, K);
+  return pack_concat(kernels, &part, 1, K, bf16_storage);
 }
 
 std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const ParameterRegistry& reg,
-                                                  const float* w, const Kernels* kernels) {
+                                                  const float* w, const Kernels* kernels, bool bf16) {
   auto out = std::make_shared<PackedWeights>();
   out->kernels = kernels ? kernels : &best_kernels();
   const Kernels& k = *out->kernels;
@@ -129,14 +141,14 @@ std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const Pa
     const ParameterRegistry::Layer& L = reg.layer(l);
     PackedWeights::Layer layer;
     const MatrixPart qkv[] = {{w + L.wq, q}, {w + L.wk, kv}, {w + L.wv, kv}};
-    layer.qkv = pack_concat(k, qkv, 3, d);
-    layer.wo = pack_matrix(k, w + L.wo, q, d, d);
+    layer.qkv = pack_concat(k, qkv, 3, d, bf16);
+    layer.wo = pack_matrix(k, w + L.wo, q, d, d, bf16);
     const MatrixPart gate_up[] = {{w + L.w_gate, ff}, {w + L.w_up, ff}};
-    layer.gate_up = pack_concat(k, gate_up, 2, d);
-    layer.w_down = pack_matrix(k, w + L.w_down, ff, d, d);
+    layer.gate_up = pack_concat(k, gate_up, 2, d, bf16);
+    layer.w_down = pack_matrix(k, w + L.w_down, ff, d, d, bf16);
     out->layers.push_back(std::move(layer));
   }
-  out->head = pack_matrix(k, w + reg.head(), d, c.vocab_size, c.vocab_size);
+  out->head = pack_matrix(k, w + reg.head(), d, c.vocab_size, c.vocab_size, bf16);
   return out;
 }
 

@@ -23,10 +23,12 @@ struct PackedWeights {
 
 // Packs the matrices of `weights` (flat, registry order) for `kernels` (the best supported
 // target when null). Concatenating columns changes no output's chain, so the fused matrices give
-// the bits of the separate ones.
+// the bits of the separate ones. `bf16_storage`: the weights are bf16 values (precision bf16),
+// kept as 16-bit halves.
 std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& config,
                                                   const ParameterRegistry& registry,
                                                   const float* weights,
-                                                  const Kernels* kernels = nullptr);
+                                                  const Kernels* kernels = nullptr,
+                                                  bool bf16_storage = false);
 
 }  // namespace lockstep::simd
