@@ -101,7 +101,7 @@ CallStats forward_with_cache(const Model& model, std::span<const RowRequest> row
   }
   {
     FloatEnvScope env;
-    forward_fast(m, work, m.threads_for(options));
+    forward_fast(m, work, m.threads_for(options), options.threads.has_value());
   }
   std::lock_guard lock(c.mutex);
   for (size_t i = 0; i < rows.size(); ++i) c.insert(work[i].ids, std::move(kv[i]));

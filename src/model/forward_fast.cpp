@@ -165,7 +165,7 @@ KvCache KvCache::copy(int32_t positions) const {
   return out;
 }
 
-void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threads) {
+void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threads, bool exact) {
   if (rows.empty()) return;
   const ModelConfig& c = m.config;
   const simd::PackedWeights& pw = *m.packed;
@@ -188,7 +188,14 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
     outputs += r.out_end - r.out_begin;
     want_logits = want_logits || r.logits != nullptr;
   }
-  const int n_threads = std::max(1, threads);
+  // Threads beyond what the work can use cost a barrier wait per phase each; the split never
+  // changes a bit, so a small call runs on fewer threads than its default allows: one per
+  // ~2 MFLOP of matmul work. A call that names its thread count gets exactly that.
+  const int64_t per_token_flops =
+      2 * (static_cast<int64_t>(c.n_layers) * (d * (qkv_ld + 2 * ff) + q_dim * d + ff * d)) + 2 * d * vocab;
+  const int64_t useful = 1 + tokens * per_token_flops / (int64_t{2} << 20);
+  const int n_threads = exact ? std::max(1, threads)
+                              : static_cast<int>(std::clamp<int64_t>(useful, 1, std::max(1, threads)));
   // Every buffer of the call, carved from one block of the model's scratch pool (64-byte aligned
   // pieces). Nothing inside the parallel region allocates.
   const int64_t sizes[] = {fresh,

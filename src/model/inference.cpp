@@ -78,7 +78,7 @@ void Model::forward(std::span<const RowRequest> rows, const CallOptions& call) c
     std::vector<RowWork> work(rows.size());
     for (size_t i = 0; i < rows.size(); ++i)
       work[i] = {rows[i].ids, 0, rows[i].out_begin, rows[i].out_end, rows[i].logits, rows[i].hidden, nullptr};
-    forward_fast(m, work, m.threads_for(call));
+    forward_fast(m, work, m.threads_for(call), call.threads.has_value());
   }
 }
 

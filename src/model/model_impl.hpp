@@ -113,6 +113,8 @@ struct RowWork {
 // The single-threaded scalar forward pass (forward_ref.cpp): every row alone, from position 0.
 void forward_reference(const Model::Impl& model, std::span<const RowRequest> rows);
 // The SIMD, multithreaded forward pass (forward_fast.cpp), bit-identical to the reference.
-void forward_fast(const Model::Impl& model, std::span<const RowWork> rows, int threads);
+// `threads` is the most it uses: a small call runs on fewer (one per ~2 MFLOP of matmul work),
+// unless `exact` (a call that named its thread count gets exactly that many).
+void forward_fast(const Model::Impl& model, std::span<const RowWork> rows, int threads, bool exact = false);
 
 }  // namespace lockstep

@@ -122,7 +122,7 @@ void append_batch(std::span<const SessionStep> steps, const CallOptions& call) {
         const int32_t n = static_cast<int32_t>(s.tokens.size());
         rows.push_back({s.tokens, s.cached, n - 1, n, step.logits, step.hidden, s.cache.get()});
       }
-      forward_fast(m, rows, threads);
+      forward_fast(m, rows, threads, call.threads.has_value());
       for (const SessionStep& step : steps) {
         Session::Impl& s = step.session->impl();
         s.cached = static_cast<int32_t>(s.tokens.size());
