@@ -1,3 +1,4 @@
+#include "format/format_error.hpp"
 #include "format/model_json.hpp"
 
 #include <charconv>
@@ -16,17 +17,7 @@ namespace {
 using nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
-[[noreturn]] void refuse(const std::string& what, const std::string& problem) {
-  throw Error(ErrorKind::format, what + ": " + problem);
-}
 
-// The shortest decimal that reads back as the same f32, as a JSON number.
-double shortest(float f) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), f);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
 
 const json& field(const json& object, const char* key, const std::string& what,
                   const std::string& where) {
@@ -75,8 +66,8 @@ ordered render_config(const ModelConfig& c) {
   j["n_heads"] = c.n_heads;
   j["n_kv_heads"] = c.n_kv_heads;
   j["d_ff"] = c.d_ff;
-  j["norm_eps"] = shortest(c.norm_eps);
-  j["rope_theta"] = shortest(c.rope_theta);
+  j["norm_eps"] = shortest_decimal(c.norm_eps);
+  j["rope_theta"] = shortest_decimal(c.rope_theta);
   j["batch"] = c.batch;
   return j;
 }

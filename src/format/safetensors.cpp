@@ -1,3 +1,4 @@
+#include "format/format_error.hpp"
 #include "format/safetensors.hpp"
 
 #include <algorithm>
@@ -27,9 +28,6 @@ constexpr DTypeName kDTypes[] = {
     {DType::u64, "U64", 8},
 };
 
-[[noreturn]] void refuse(const std::string& what, const std::string& problem) {
-  throw Error(ErrorKind::format, what + ": " + problem);
-}
 
 uint64_t read_u64_le(const uint8_t* p) {
   uint64_t v = 0;

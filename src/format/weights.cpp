@@ -1,3 +1,4 @@
+#include "format/format_error.hpp"
 #include "format/weights.hpp"
 
 #include <algorithm>
@@ -15,9 +16,6 @@
 namespace lockstep::format {
 namespace {
 
-[[noreturn]] void refuse(const std::string& what, const std::string& problem) {
-  throw Error(ErrorKind::format, what + ": " + problem);
-}
 
 // A name read from the file, quoted, control characters replaced, long ones cut.
 std::string quote_name(const std::string& s) {

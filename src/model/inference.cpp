@@ -137,40 +137,13 @@ std::vector<int32_t> Model::next_bytes(const IdsView& ids, std::span<const int32
   return out;
 }
 
-uint32_t Model::loss_bits(const IdsView& ids, const CallOptions& call) const {
-  const ModelConfig& c = impl_->config;
-  if (!ids.data || ids.rows != c.batch || ids.cols != c.length + 1)
-    invalid("ids must be [" + std::to_string(c.batch) + ", " + std::to_string(c.length + 1) +
-            "]; got [" + std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
-  for (int64_t b = 0; b < ids.rows; ++b) {
-    for (int64_t t = 0; t <= c.length; ++t) {
-      const int32_t id = ids.at(b, t);
-      if (t == c.length && id == kIgnoreIndex) continue;
-      check_id(c, id, b, t);
-    }
-  }
-  const int64_t T = c.length, V = c.vocab_size;
-  std::vector<float> logits(static_cast<size_t>(ids.rows * T * V));
-  std::vector<RowRequest> rows(static_cast<size_t>(ids.rows));
-  std::vector<int32_t> targets(static_cast<size_t>(ids.rows * T));
-  for (int64_t b = 0; b < ids.rows; ++b) {
-    RowRequest& r = rows[static_cast<size_t>(b)];
-    r.ids = {ids.data + b * ids.cols, static_cast<size_t>(T)};
-    r.out_begin = 0;
-    r.out_end = static_cast<int32_t>(T);
-    r.logits = logits.data() + b * T * V;
-    for (int64_t t = 0; t < T; ++t) targets[static_cast<size_t>(b * T + t)] = ids.at(b, t + 1);
-  }
-  forward(rows, call);
-  FloatEnvScope env;
-  return std::bit_cast<uint32_t>(mean_loss(cross_entropy_rows(*impl_, logits, targets, call), targets));
-}
+namespace {
 
-std::vector<float> Model::token_losses(const IdsView& ids, const CallOptions& call) const {
-  const ModelConfig& c = impl_->config;
-  if (!ids.data || ids.rows < 1 || ids.cols < 2 || ids.cols > c.length + 1)
-    invalid("ids must be [rows, 2.." + std::to_string(c.length + 1) + "]; got [" +
-            std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
+// Each position's loss for ids [rows, T + 1] in the loss layout (inputs [0, T), targets [1, T],
+// -100 allowed in the last column), after checking every id; `targets` receives the targets.
+std::vector<float> position_losses(const Model& model, const IdsView& ids, const CallOptions& call,
+                                   std::vector<int32_t>& targets) {
+  const ModelConfig& c = model.config();
   const int64_t T = ids.cols - 1, V = c.vocab_size;
   for (int64_t b = 0; b < ids.rows; ++b) {
     for (int64_t t = 0; t <= T; ++t) {
@@ -181,7 +154,7 @@ std::vector<float> Model::token_losses(const IdsView& ids, const CallOptions& ca
   }
   std::vector<float> logits(static_cast<size_t>(ids.rows * T * V));
   std::vector<RowRequest> rows(static_cast<size_t>(ids.rows));
-  std::vector<int32_t> targets(static_cast<size_t>(ids.rows * T));
+  targets.assign(static_cast<size_t>(ids.rows * T), 0);
   for (int64_t b = 0; b < ids.rows; ++b) {
     RowRequest& r = rows[static_cast<size_t>(b)];
     r.ids = {ids.data + b * ids.cols, static_cast<size_t>(T)};
@@ -190,9 +163,31 @@ std::vector<float> Model::token_losses(const IdsView& ids, const CallOptions& ca
     r.logits = logits.data() + b * T * V;
     for (int64_t t = 0; t < T; ++t) targets[static_cast<size_t>(b * T + t)] = ids.at(b, t + 1);
   }
-  forward(rows, call);
+  model.forward(rows, call);
   FloatEnvScope env;
-  return cross_entropy_rows(*impl_, logits, targets, call);
+  return cross_entropy_rows(model.impl(), logits, targets, call);
+}
+
+}  // namespace
+
+uint32_t Model::loss_bits(const IdsView& ids, const CallOptions& call) const {
+  const ModelConfig& c = impl_->config;
+  if (!ids.data || ids.rows != c.batch || ids.cols != c.length + 1)
+    invalid("ids must be [" + std::to_string(c.batch) + ", " + std::to_string(c.length + 1) +
+            "]; got [" + std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
+  std::vector<int32_t> targets;
+  const std::vector<float> losses = position_losses(*this, ids, call, targets);
+  FloatEnvScope env;
+  return std::bit_cast<uint32_t>(mean_loss(losses, targets));
+}
+
+std::vector<float> Model::token_losses(const IdsView& ids, const CallOptions& call) const {
+  const ModelConfig& c = impl_->config;
+  if (!ids.data || ids.rows < 1 || ids.cols < 2 || ids.cols > c.length + 1)
+    invalid("ids must be [rows, 2.." + std::to_string(c.length + 1) + "]; got [" +
+            std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
+  std::vector<int32_t> targets;
+  return position_losses(*this, ids, call, targets);
 }
 
 float Model::loss(const IdsView& ids, const CallOptions& call) const {

@@ -1,3 +1,4 @@
+#include "format/format_error.hpp"
 #include "train/checkpoint.hpp"
 
 #include <dirent.h>
@@ -23,20 +24,13 @@
 namespace lockstep::train {
 namespace {
 
+using format::refuse;
+using format::shortest_decimal;
+
 using nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
-[[noreturn]] void refuse(const std::string& what, const std::string& problem) {
-  throw Error(ErrorKind::format, what + ": " + problem);
-}
 
-// The shortest decimal that reads back as the same f32, as a JSON number.
-double shortest(float f) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf) - 1, f);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
 
 // optimizer.safetensors: "m.<parameter>" then "v.<parameter>" for every registry parameter, F32,
 // in registry order.
@@ -88,7 +82,7 @@ std::string render_training(const CheckpointInput& in, const std::string& m_sha,
   j["step"] = in.trainer.completed_steps();
   j["run_file"] = {{"file", kRunFileCopy}, {"sha256", sha256_hex(in.run.text.data(), in.run.text.size())}};
   j["optimizer"] = {{"file", kOptimizerFile}, {"m_sha256", m_sha}, {"v_sha256", v_sha}};
-  j["ema_decay"] = in.run.ema > 0.0f ? ordered(shortest(in.run.ema)) : ordered(nullptr);
+  j["ema_decay"] = in.run.ema > 0.0f ? ordered(shortest_decimal(in.run.ema)) : ordered(nullptr);
   ordered data = ordered::array();
   for (const DataFileInfo& f : in.data)
     data.push_back({{"path", f.path}, {"bytes", f.bytes}, {"sha256", f.sha256}});

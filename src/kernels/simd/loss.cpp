@@ -20,7 +20,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA
 
-float CrossEntropy(const float* HWY_RESTRICT z, int32_t vocab, int32_t target) {
+// max_j z_j, NaN skipped (ref::max_skip_nan's value).
+float MaxOf(const float* HWY_RESTRICT z, int32_t vocab) {
   const hn::ScalableTag<float> d;
   const int32_t N = static_cast<int32_t>(hn::Lanes(d));
   auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
@@ -28,7 +29,13 @@ float CrossEntropy(const float* HWY_RESTRICT z, int32_t vocab, int32_t target) {
   for (; j + N <= vocab; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, z + j));
   float m = -std::numeric_limits<float>::infinity();
   for (; j < vocab; ++j) m = ref::max_skip_nan(m, z[j]);
-  m = ReduceMaxSkipNaN(d, mv, m);
+  return ReduceMaxSkipNaN(d, mv, m);
+}
+
+float CrossEntropy(const float* HWY_RESTRICT z, int32_t vocab, int32_t target) {
+  const hn::ScalableTag<float> d;
+  const int32_t N = static_cast<int32_t>(hn::Lanes(d));
+  const float m = MaxOf(z, vocab);
   const auto m_v = hn::Set(d, m);
   constexpr int32_t kChunk = 256;
   HWY_ALIGN float e[kChunk];
@@ -50,13 +57,9 @@ float CrossEntropyBackward(const float* HWY_RESTRICT z, int32_t vocab, int32_t t
                            float* HWY_RESTRICT dz) {
   const hn::ScalableTag<float> d;
   const int32_t N = static_cast<int32_t>(hn::Lanes(d));
-  auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
-  int32_t j = 0;
-  for (; j + N <= vocab; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, z + j));
-  float m = -std::numeric_limits<float>::infinity();
-  for (; j < vocab; ++j) m = ref::max_skip_nan(m, z[j]);
-  m = ReduceMaxSkipNaN(d, mv, m);
+  const float m = MaxOf(z, vocab);
   const auto m_v = hn::Set(d, m);
+  int32_t j = 0;
   // e_j into dz, then the sum in increasing j.
   for (j = 0; j + N <= vocab; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, z + j), m_v)), d, dz + j);
   for (; j < vocab; ++j) dz[j] = ref::exp_f32(z[j] - m);
