@@ -123,7 +123,7 @@ void BM_Forward(benchmark::State& state) {
   state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Forward)->Args({0, 0})->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})
-    ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // A 200-token sampling loop in process: a session appending one greedy token at a time after a
 // 16-byte prompt. Args {shape, threads}.
@@ -147,8 +147,7 @@ void BM_Decode(benchmark::State& state) {
   state.SetLabel(shape_name(which));
   state.counters["tokens"] = benchmark::Counter(200, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_Decode)->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMillisecond)
-    ->MinTime(2.0);
+BENCHMARK(BM_Decode)->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
 void BM_TrainStep(benchmark::State& state) {
@@ -166,7 +165,7 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["tokens"] = benchmark::Counter(static_cast<double>(c.batch * c.length),
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_TrainStep)->Args({0, 1})->Args({0, 2})->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_TrainStep)->Args({0, 1})->Args({0, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lockstep

@@ -18,8 +18,8 @@ trap 'rm -rf "$OUT"' EXIT
 min_time=2
 [ "$QUICK" = "--quick" ] && min_time=0.5
 
-run_filter() {  # name, filter
-  "$BIN" --benchmark_filter="$2" --benchmark_min_time="$min_time" --benchmark_format=json \
+run_filter() {  # name, filter; three repetitions, the report keeps the fastest of each
+  "$BIN" --benchmark_filter="$2" --benchmark_min_time="$min_time" --benchmark_repetitions=3 --benchmark_format=json \
     --benchmark_out="$OUT/$1.json" --benchmark_out_format=json >/dev/null
 }
 

@@ -6,6 +6,9 @@ python3-torch uses the system BLAS; install libopenblas0-pthread so it is OpenBL
 reference BLAS (the script reports which it found). Writes {"1": tok/s, "2": tok/s, ...} as JSON."""
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -103,16 +106,31 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, help="(internal) measure one thread count in this process")
     args = parser.parse_args()
+    if args.threads is None:
+        # Each thread count in a process of its own, with every library's pool sized to it:
+        # OpenBLAS fixes its thread count when it loads, so one process cannot measure both.
+        out = {}
+        for threads in (1, 2):
+            env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                       MKL_NUM_THREADS=str(threads))
+            part = args.out + f".{threads}"
+            subprocess.run([sys.executable, __file__, "--out", part, "--steps", str(args.steps), "--threads",
+                            str(threads)], env=env, check=True)
+            with open(part) as f:
+                out.update(json.load(f))
+            os.remove(part)
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+        return
     if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
         def sdpa(q, k, v, is_causal=True):
             s = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5)
             mask = torch.triu(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool), 1)
             return s.masked_fill(mask, float("-inf")).softmax(-1) @ v
         torch.nn.functional.scaled_dot_product_attention = sdpa
-    out = {"version": torch.__version__}
-    for threads in (1, 2):
-        out[str(threads)] = tokens_per_second(threads, args.steps)
+    out = {"version": torch.__version__, str(args.threads): tokens_per_second(args.threads, args.steps)}
     out["blas"] = blas_name()
     with open(args.out, "w") as f:
         json.dump(out, f)

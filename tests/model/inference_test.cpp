@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/fpenv.hpp"
 #include "kernels/ref/ops.hpp"
 #include "lockstep/model.hpp"
 #include "support/test_util.hpp"
@@ -165,6 +166,30 @@ TEST(Validation, BadIdsShapesLengthsAndThreadsAreRefusedClearly) {
   ModelConfig bad = c;
   bad.n_heads = 3;
   EXPECT_NE(error_of([&] { bad.validate(); }).find("d_model = 16 is not a multiple of n_heads = 3"), std::string::npos);
+}
+
+TEST(FloatEnvironment, AHostsFlushToZeroNeitherChangesABitNorIsLeftChanged) {
+  // A host built with fast-math runs with flush-to-zero and denormals-are-zero on; the model sets
+  // the profile's environment on every thread it computes on and gives the host's back.
+  ModelConfig c = test::tiny_config(16);
+  auto params = init_parameters(c, 30);
+  for (float& v : params) v *= 1e-19f;  // activations deep in the subnormal range
+  for (int64_t i = 0; i < c.d_model; ++i) params[static_cast<size_t>(ParameterRegistry(c).final_norm() + i)] = 1.0f;
+  const auto model = Model::from_parameters(c, params);
+  const auto ids = test::random_ids(16, 256, 31);
+  const auto want = model->logits({ids.data(), 1, 16}, {}, {Device::cpu, 2});
+  const uint64_t original = float_env_bits();
+  float_env_set_fast_math_for_test();
+  const uint64_t fast = float_env_bits();
+  const auto got = model->logits({ids.data(), 1, 16}, {}, {Device::cpu, 2});
+  const auto got_ref = model->logits({ids.data(), 1, 16}, {}, {Device::reference, std::nullopt});
+  EXPECT_EQ(float_env_bits(), fast) << "the caller's environment was not restored";
+  float_env_restore_for_test(original);
+  EXPECT_TRUE(test::same_bits(got, want));
+  EXPECT_TRUE(test::same_bits(got_ref, want));
+  bool subnormal = false;
+  for (float v : want) subnormal |= v != 0.0f && std::fabs(v) < 1.17549435e-38f;
+  EXPECT_TRUE(subnormal) << "the check needs subnormal logits to mean anything";
 }
 
 TEST(Registry, FlatAndNamedConvertBothWays) {
