@@ -70,22 +70,31 @@ void BM_FmaPeak(benchmark::State& state) {
 }
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// The matmul kernel alone: [M, K] @ [K, N] on one thread.
-void BM_Matmul(benchmark::State& state) {
+// The matmul kernel alone on one thread: [M, K] @ [K, N], or (transposed) the weight gradients'
+// [K, M]^T @ [K, N] read in place, K being the 2048 rows of a training batch of s256.
+void matmul_bench(benchmark::State& state, bool transposed) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   const simd::Kernels& k = simd::best_kernels();
   const auto a = random_vector(M * K, 1), w = random_vector(K * N, 2);
   const simd::PackedMatrix packed = simd::pack_matrix(k, w.data(), K, N, N);
   std::vector<float> c(static_cast<size_t>(M * N));
+  std::vector<float> scratch(static_cast<size_t>(k.matmul_at_scratch_floats(M)));
   for (auto _ : state) {
-    k.matmul(a.data(), K, M, packed, 0, packed.panels, c.data(), N);
+    if (transposed) {
+      k.matmul_at(a.data(), M, M, packed, 0, packed.panels, c.data(), N, scratch.data());
+    } else {
+      k.matmul(a.data(), K, M, packed, 0, packed.panels, c.data(), N);
+    }
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["flops"] = benchmark::Counter(2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_Matmul(benchmark::State& state) { matmul_bench(state, false); }
+void BM_MatmulAt(benchmark::State& state) { matmul_bench(state, true); }
 BENCHMARK(BM_Matmul)->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256, 256, 768})->Args({1, 768, 2304})
-    ->Args({2048, 256, 768})->Args({256, 2048, 768})->Args({2048, 768, 256})
+    ->Args({2048, 256, 768})->Args({2048, 768, 256})
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MatmulAt)->Args({256, 2048, 768})->Args({768, 2048, 256})->Unit(benchmark::kMillisecond);
 
 // Initial weights per shape, made once per process (l768's take seconds to draw).
 const std::vector<float>& shape_parameters(int which) {

@@ -65,9 +65,10 @@ def main():
     if fwd:
         print("\nmatmul kernel, 1 thread (M x K x N)      GFLOP/s   of peak")
         for name, b in sorted(fwd.items()):
-            if name.startswith("BM_Matmul/"):
+            if name.startswith("BM_Matmul/") or name.startswith("BM_MatmulAt/"):
                 gf = rate(b, "flops") / 1e9
-                print(f"  {name[10:]:<36} {gf:8.1f}   {100 * gf * 1e9 / peak1:5.1f}%")
+                label = name[10:] if name.startswith("BM_Matmul/") else name[12:] + " (a^T, gradients)"
+                print(f"  {label:<36} {gf:8.1f}   {100 * gf * 1e9 / peak1:5.1f}%")
         print("\nfull-window forward (256 tokens)  tokens/s:  reference   fast 1t   fast 2t   2t/1t   "
               "GFLOP/s 1t (of peak)   vs llama.cpp 1t / 2t")
         for idx, shape in enumerate(("s256", "l768")):

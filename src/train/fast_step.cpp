@@ -15,6 +15,7 @@ using simd::AlignedFloats;
 using simd::MatrixPart;
 using simd::PackedMatrix;
 using simd::aligned_floats;
+using simd::matmul_at_part;
 using simd::matmul_part;
 
 constexpr int32_t kIgnore = -100;
@@ -48,7 +49,9 @@ struct FastStep::Workspace {
   PackedMatrix head, head_t;
   std::vector<Cache> cache;
   AlignedFloats x, xnf, invf, logits, losses;
-  AlignedFloats dx, dbranch, dxn, dwide, dh, xt, dy_round, wtemp, scores, attn_scratch;
+  AlignedFloats dx, dbranch, dxn, dwide, dh, dy_round, wtemp, scores, attn_scratch;
+  AlignedFloats at_scratch;  // per worker: at_floats each, for matmul_at
+  int64_t at_floats = 0;
   PackedMatrix dy_packed;
   int threads = 0;
 };
@@ -121,7 +124,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     ws.dxn = aligned_floats(sz(R * d));
     ws.dwide = aligned_floats(sz(R * wide));
     ws.dh = aligned_floats(sz(R * std::max(ff, qd)));
-    ws.xt = aligned_floats(sz(R * std::max({d, ff, qd})));
+    ws.at_floats = k.matmul_at_scratch_floats(std::max({d, ff, qd}));
+    ws.at_scratch = aligned_floats(sz(nt * ws.at_floats));
     ws.dy_round = aligned_floats(sz(R * wide));
     ws.wtemp = aligned_floats(sz(d * wide));
     ws.scores = aligned_floats(sz(nt * 3 * L));
@@ -277,26 +281,14 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     barrier.wait();
 
     // ---- backward ----
-    // dW [K, N] (row stride ldw) = x^T @ dy over all R rows, with x [R, K] and dy [R, N];
-    // dy is rounded (bf16) into dy_round and packed; x^T goes to xt.
+    // dW [K, N] = x^T @ dy over all R rows, with x [R, K] and dy [R, N]; dy is rounded (bf16)
+    // into dy_round and packed, x is read in place by matmul_at.
+    float* at_scratch = ws.at_scratch.get() + static_cast<int64_t>(w) * ws.at_floats;
     auto weight_grad = [&](const float* xs, int64_t K, const float* dy, int64_t N, float* dw) {
       const float* dyr = bf16 ? ws.dy_round.get() : dy;
       if (w == 0) reshape(ws.dy_packed, R, N);  // published to the others by the barrier below
-      {
-        const auto [a0, a1] = static_range(R, w, n);
-        if (bf16)
-          for (int64_t r = a0; r < a1; ++r) k.round_bf16(dy + r * N, ws.dy_round.get() + r * N, N);
-        // x^T in 16 x 16 blocks, so both sides stay in cache lines.
-        const auto [k0, k1] = static_range(K, w, n);
-        for (int64_t rb = 0; rb < R; rb += 16) {
-          const int64_t re = std::min(R, rb + 16);
-          for (int64_t kb = k0; kb < k1; kb += 16) {
-            const int64_t ke = std::min(k1, kb + 16);
-            for (int64_t r = rb; r < re; ++r)
-              for (int64_t kk = kb; kk < ke; ++kk) ws.xt[sz(kk * R + r)] = xs[r * K + kk];
-          }
-        }
-      }
+      if (bf16)
+        for (int64_t r = r0; r < r1; ++r) k.round_bf16(dy + r * N, ws.dy_round.get() + r * N, N);
       barrier.wait();
       {
         const auto [p0, p1] = static_range(ws.dy_packed.panels, w, n);
@@ -304,7 +296,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         simd::pack_panels(&part, 1, ws.dy_packed, p0, p1, false);
       }
       barrier.wait();
-      matmul_part(k, ws.xt.get(), R, K, ws.dy_packed, dw, N, w, n);
+      matmul_at_part(k, xs, K, K, ws.dy_packed, dw, N, at_scratch, w, n);
       barrier.wait();
     };
     // dx [R, K] = dy [R, N] @ W^T (packed); dy rounded under bf16 (weight_grad has left it so).

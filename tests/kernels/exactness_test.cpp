@@ -49,6 +49,19 @@ TEST(Targets, ThereIsAlwaysAPortableFallbackLast) {
   std::printf("SIMD targets on this machine: %s\n", target_names().c_str());
 }
 
+// One matmul of random [M, K] @ [K, N] (seeds `seed` and `seed + 1`) against ref::matmul.
+void check_matmul(const Kernels& k, int M, int K, int N, uint64_t seed) {
+  const auto a = test::random_floats(int64_t{M} * K, seed);
+  const auto w = test::random_floats(int64_t{K} * N, seed + 1);
+  std::vector<float> want(static_cast<size_t>(M) * N);
+  ref::matmul(a.data(), w.data(), want.data(), M, K, N);
+  const simd::PackedMatrix packed = simd::pack_matrix(k, w.data(), K, N, N);
+  std::vector<float> got(want.size(), -1.0f);
+  k.matmul(a.data(), K, M, packed, 0, packed.panels, got.data(), N);
+  expect_same(got, want,
+              std::string(k.name) + " matmul M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+}
+
 TEST(Matmul, EqualsReferenceForEveryShapeAndTarget) {
   const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13};
   const int Ks[] = {1, 2, 3, 7, 8, 17, 64, 255, 256, 257, 300};
@@ -58,15 +71,8 @@ TEST(Matmul, EqualsReferenceForEveryShapeAndTarget) {
     for (int M : Ms) {
       for (int K : Ks) {
         for (int N : Ns) {
-          const auto a = test::random_floats(int64_t{M} * K, seed++);
-          const auto w = test::random_floats(int64_t{K} * N, seed++);
-          std::vector<float> want(static_cast<size_t>(M) * N);
-          ref::matmul(a.data(), w.data(), want.data(), M, K, N);
-          const simd::PackedMatrix packed = simd::pack_matrix(*k, w.data(), K, N, N);
-          std::vector<float> got(want.size(), -1.0f);
-          k->matmul(a.data(), K, M, packed, 0, packed.panels, got.data(), N);
-          expect_same(got, want, std::string(k->name) + " matmul M=" + std::to_string(M) +
-                                     " K=" + std::to_string(K) + " N=" + std::to_string(N));
+          check_matmul(*k, M, K, N, seed);
+          seed += 2;
         }
       }
     }
@@ -119,6 +125,55 @@ TEST(Matmul, PanelRangesAndStridesComposeExactly) {
       for (int j = N; j < ldc; ++j) EXPECT_EQ(c[static_cast<size_t>(m) * ldc + j], 7.0f) << "wrote past N";
     }
     expect_same(got, want, std::string(k->name) + " matmul in panel pieces");
+  }
+}
+
+TEST(Matmul, ManyRowsCrossRowBlocksExactly) {
+  // Prefill and training shapes: M past the kernel's row blocks (96) and tiles, K past its depth.
+  uint64_t seed = 7000;
+  for (const Kernels* k : targets()) {
+    for (int M : {95, 96, 97, 193, 290}) {
+      for (int K : {17, 257, 520}) {
+        for (int N : {9, 33, 64}) {
+          check_matmul(*k, M, K, N, seed);
+          seed += 2;
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulTransposed, EqualsReferenceOnTheExplicitTranspose) {
+  // c = a^T @ b with a stored [K, M] (row stride lda >= M): ref::matmul on the transpose, bit for
+  // bit, over M around the row tile, K around the packing depth, column offsets and panel pieces.
+  uint64_t seed = 8000;
+  for (const Kernels* k : targets()) {
+    for (int M : {1, 2, 3, 4, 5, 8, 13, 31, 100}) {
+      for (int K : {1, 7, 127, 128, 129, 300}) {
+        for (int N : {1, 8, 33, 64}) {
+          const int lda = M + 3;
+          const auto a = test::random_floats(int64_t{K} * lda, seed++);
+          const auto w = test::random_floats(int64_t{K} * N, seed++);
+          std::vector<float> at(static_cast<size_t>(M) * K);
+          for (int kk = 0; kk < K; ++kk)
+            for (int m = 0; m < M; ++m) at[static_cast<size_t>(m) * K + kk] = a[static_cast<size_t>(kk) * lda + m];
+          std::vector<float> want(static_cast<size_t>(M) * N);
+          ref::matmul(at.data(), w.data(), want.data(), M, K, N);
+          const simd::PackedMatrix packed = simd::pack_matrix(*k, w.data(), K, N, N);
+          std::vector<float> scratch(static_cast<size_t>(k->matmul_at_scratch_floats(M)) + 1, 0.0f);
+          std::vector<float> got(want.size(), -1.0f);
+          // Rows in two pieces (the second starts at a column offset of a) and panels one at a time.
+          const int m1 = M / 2;
+          for (int64_t p = 0; p < packed.panels; ++p) {
+            k->matmul_at(a.data(), lda, m1, packed, p, p + 1, got.data(), N, scratch.data());
+            k->matmul_at(a.data() + m1, lda, M - m1, packed, p, p + 1, got.data() + static_cast<size_t>(m1) * N, N,
+                         scratch.data());
+          }
+          expect_same(got, want, std::string(k->name) + " matmul_at M=" + std::to_string(M) + " K=" +
+                                     std::to_string(K) + " N=" + std::to_string(N));
+        }
+      }
+    }
   }
 }
 

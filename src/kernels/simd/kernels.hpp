@@ -44,11 +44,20 @@ struct Kernels {
   int64_t target = 0;       // the Highway target bit
   int32_t panel_width = 0;  // columns per packed panel this target's matmul expects
   int32_t row_block = 0;    // rows the matmul kernel computes at once
+  int32_t at_block = 0;     // rows of a matmul_at packs at once (see matmul_at_scratch_floats)
 
   // ref::matmul. c [M, N] (row stride ldc) = a [M, K] (row stride lda) @ b, for the columns of
   // panels [p_begin, p_end). Each output is one fma chain in increasing k from +0.
   void (*matmul)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
                  int64_t p_end, float* c, int64_t ldc) = nullptr;
+  // matmul with a transposed: c [M, N] = a^T @ b for a [K, M] (row stride lda), the same chains
+  // as `matmul` on the explicit transpose (weight gradients x^T @ dy). scratch holds
+  // matmul_at_scratch_floats(M) floats.
+  void (*matmul_at)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
+                    int64_t p_end, float* c, int64_t ldc, float* scratch) = nullptr;
+  int64_t matmul_at_scratch_floats(int64_t M) const {
+    return (M + row_block - 1) / row_block * row_block * at_block;
+  }
   // ref::rmsnorm.
   void (*rmsnorm)(const float* x, const float* w, float* y, int64_t n, float eps) = nullptr;
   // ref::rope.

@@ -39,4 +39,14 @@ inline void matmul_part(const Kernels& k, const float* a, int64_t lda, int64_t M
              c + s.row_begin * ldc, ldc);
 }
 
+// Worker w of n's share of c [M, N] = a^T @ b, a [K, M] (row stride lda); scratch holds
+// k.matmul_at_scratch_floats(M) floats of this worker's own.
+inline void matmul_at_part(const Kernels& k, const float* a, int64_t lda, int64_t M, const PackedMatrix& b,
+                           float* c, int64_t ldc, float* scratch, int w, int n) {
+  const MatmulShare s = matmul_share(M, b, k.row_block, w, n);
+  if (s.row_begin < s.row_end && s.panel_begin < s.panel_end)
+    k.matmul_at(a + s.row_begin, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
+                c + s.row_begin * ldc, ldc, scratch);
+}
+
 }  // namespace lockstep::simd
