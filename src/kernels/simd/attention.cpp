@@ -123,6 +123,39 @@ HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const
     for (int u = 0; u < U; ++u) hn::StoreU(hn::Mul(acc[i][u], scale), d, scores + i * ld_scores + j0 + u * N);
 }
 
+// scores_i[j] (row i at scores + i * ld_scores) = (q_i . k_j) * scale for j < n[i], QB queries
+// with n ascending, each dot the chain ScoresMulti computes: tiles of 4 vectors of keys, then
+// single vectors, then the last partial vector whole through a buffer when kt's rows (ldk
+// floats) hold it (a scalar tail otherwise). Scores of keys at or past a query's own n, up to
+// n[QB - 1], may be written; the caller ignores them.
+template <int QB>
+HWY_INLINE void AllScores(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n,
+                          const float* HWY_RESTRICT kt, int64_t ldk, int32_t head_dim, hn::Vec<DF> scale,
+                          float* scores, int64_t ld_scores) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_max = n[QB - 1];
+  int64_t j = 0;
+  for (; j + 4 * N <= n_max; j += 4 * N) ScoresMulti<QB, 4>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
+  for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
+  if (j < n_max && j + N <= ldk) {
+    HWY_ALIGN float tail[QB * (HWY_MAX_BYTES / sizeof(float))];
+    ScoresMulti<QB, 1>(q, q_stride, kt + j, ldk, 0, head_dim, scale, tail, N);
+    for (int i = 0; i < QB; ++i)
+      for (int64_t jj = j; jj < n[i]; ++jj) scores[i * ld_scores + jj] = tail[i * N + jj - j];
+    return;
+  }
+  const float scale_s = hn::GetLane(scale);
+  for (int i = 0; i < QB; ++i) {
+    const float* qi = q + i * q_stride;
+    for (int64_t jj = j; jj < n[i]; ++jj) {
+      float dot = 0.0f;
+      for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(qi[dd], kt[static_cast<int64_t>(dd) * ldk + jj], dot);
+      scores[i * ld_scores + jj] = dot * scale_s;
+    }
+  }
+}
+
 // out_i[d0 .. d0 + U N) += chain over j in [j_begin, j_end) of e_i[j] * v_j[d], for QB queries
 // sharing the values' loads; the running sums live in out (exact round trips).
 template <int QB, int U>
@@ -166,6 +199,32 @@ HWY_INLINE void CombineAll(const float* e, int64_t ld_e, const float* v, int64_t
   }
 }
 
+// The QB queries' scalar chains, interleaved so that their latencies overlap (each is alone
+// latency-bound: one add or fma per 3-4 cycles). n ascending; x_i = x + i * ld.
+// sums_i = chain in increasing j from +0 of acc + x_i[j] over j < n_i.
+template <int QB>
+HWY_INLINE void SumChains(const float* x, int64_t ld, const int64_t* n, float* sums) {
+  float acc[QB];
+  for (int i = 0; i < QB; ++i) acc[i] = 0.0f;
+  for (int64_t j = 0; j < n[0]; ++j)
+    for (int i = 0; i < QB; ++i) acc[i] = acc[i] + x[i * ld + j];
+  for (int i = 1; i < QB; ++i)
+    for (int64_t j = n[0]; j < n[i]; ++j) acc[i] = acc[i] + x[i * ld + j];
+  for (int i = 0; i < QB; ++i) sums[i] = acc[i];
+}
+
+// dots_i = chain in increasing j from +0 of fma(x_i[j], y_i[j], acc) over j < n_i.
+template <int QB>
+HWY_INLINE void DotChains(const float* x, const float* y, int64_t ld, const int64_t* n, float* dots) {
+  float acc[QB];
+  for (int i = 0; i < QB; ++i) acc[i] = 0.0f;
+  for (int64_t j = 0; j < n[0]; ++j)
+    for (int i = 0; i < QB; ++i) acc[i] = ref::fma_f32(x[i * ld + j], y[i * ld + j], acc[i]);
+  for (int i = 1; i < QB; ++i)
+    for (int64_t j = n[0]; j < n[i]; ++j) acc[i] = ref::fma_f32(x[i * ld + j], y[i * ld + j], acc[i]);
+  for (int i = 0; i < QB; ++i) dots[i] = acc[i];
+}
+
 // Attention for QB queries of one key/value head, query i reading keys [0, n[i]) with
 // n[0] <= n[1] <= ... (consecutive positions of one row, or the heads of one group at one
 // position). Every value is the single-query kernel's: scores, max, exponentials and l per
@@ -180,21 +239,10 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   const int64_t n_max = n[QB - 1], n_min = n[0];
   const int64_t ld = n_max;  // scratch row stride
   const auto scale_v = hn::Set(d, scale);
-  // Scores over the keys every query's block covers (keys past a query's own n are later
-  // positions of the same sequence: defined, and ignored below).
-  int64_t j = 0;
-  for (; j + 4 * N <= n_max; j += 4 * N) ScoresMulti<QB, 4>(q, q_stride, kt, ldk, j, head_dim, scale_v, scratch, ld);
-  for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, ldk, j, head_dim, scale_v, scratch, ld);
-  const int64_t vector_end = j;
+  AllScores<QB>(q, q_stride, n, kt, ldk, head_dim, scale_v, scratch, ld);
   float l[QB];
   for (int i = 0; i < QB; ++i) {
-    const float* qi = q + i * q_stride;
     float* s = scratch + i * ld;
-    for (int64_t jj = vector_end; jj < n[i]; ++jj) {
-      float dot = 0.0f;
-      for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(qi[dd], kt[static_cast<int64_t>(dd) * ldk + jj], dot);
-      s[jj] = dot * scale;
-    }
     // max over [0, n_i), then e = exp(s - m) and l = chain of e.
     auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
     int64_t jj = 0;
@@ -205,10 +253,8 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
     const auto m_v = hn::Set(d, m);
     for (jj = 0; jj + N <= n[i]; jj += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, s + jj), m_v)), d, s + jj);
     for (; jj < n[i]; ++jj) s[jj] = ref::exp_f32(s[jj] - m);
-    float li = 0.0f;
-    for (jj = 0; jj < n[i]; ++jj) li = li + s[jj];
-    l[i] = li;
   }
+  SumChains<QB>(scratch, ld, n, l);
   // Weighted sums: keys [0, n_min) for all queries at once, then each query's own tail.
   CombineAll<QB>(scratch, ld, v, ldv, 0, n_min, head_dim, true, out, out_stride);
   for (int i = 1; i < QB; ++i)
@@ -309,28 +355,6 @@ void KeyGrads(const float* w, int64_t T, int32_t group, const float* y, int64_t 
   }
 }
 
-// Rows t0 .. t0 + QB - 1 of dst: the dot products of each query row with the columns of a
-// transposed operand (kt or vt) for j < n_i, times `scale` (1 for dp: an exact no-op).
-template <int QB>
-HWY_INLINE void DotsMulti(const float* rows, int64_t row_stride, const int64_t* n, const float* t, int64_t ldt,
-                          int32_t head_dim, float scale, float* dst, int64_t ld_dst) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t n_max = n[QB - 1];
-  const auto scale_v = hn::Set(d, scale);
-  int64_t j = 0;
-  for (; j + 4 * N <= n_max; j += 4 * N) ScoresMulti<QB, 4>(rows, row_stride, t, ldt, j, head_dim, scale_v, dst, ld_dst);
-  for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(rows, row_stride, t, ldt, j, head_dim, scale_v, dst, ld_dst);
-  for (int i = 0; i < QB; ++i) {
-    const float* r = rows + i * row_stride;
-    for (int64_t jj = j; jj < n[i]; ++jj) {
-      float acc = 0.0f;
-      for (int32_t dd = 0; dd < head_dim; ++dd) acc = ref::fma_f32(r[dd], t[static_cast<int64_t>(dd) * ldt + jj], acc);
-      dst[i * ld_dst + jj] = acc * scale;
-    }
-  }
-}
-
 // One block of QB consecutive queries of head h: P rows, dS rows and dq (AttentionBackward).
 template <int QB>
 void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* kt, const float* vt, int64_t kv_stride,
@@ -342,12 +366,12 @@ void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* k
   for (int i = 0; i < QB; ++i) n[i] = t0 + i + 1;
   float* pt = P + t0 * T;
   float* dst = DS + t0 * T;
-  DotsMulti<QB>(q + t0 * q_stride, q_stride, n, kt, ldt, head_dim, scale, pt, T);
-  DotsMulti<QB>(dout + t0 * dout_stride, dout_stride, n, vt, ldt, head_dim, 1.0f, dst, T);
+  // s = q . k_j * scale into P's rows, dp = dout . v_j into dS's rows (times 1: exact).
+  AllScores<QB>(q + t0 * q_stride, q_stride, n, kt, ldt, head_dim, hn::Set(d, scale), pt, T);
+  AllScores<QB>(dout + t0 * dout_stride, dout_stride, n, vt, ldt, head_dim, hn::Set(d, 1.0f), dst, T);
+  // p = exp(s - m) / l as the forward.
   for (int i = 0; i < QB; ++i) {
     float* p = pt + i * T;
-    float* ds = dst + i * T;
-    // p = exp(s - m) / l as the forward.
     auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
     int64_t j = 0;
     for (; j + N <= n[i]; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, p + j));
@@ -357,18 +381,26 @@ void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* k
     const auto m_v = hn::Set(d, m);
     for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, p + j), m_v)), d, p + j);
     for (; j < n[i]; ++j) p[j] = ref::exp_f32(p[j] - m);
-    float l = 0.0f;
-    for (j = 0; j < n[i]; ++j) l = l + p[j];
-    const auto l_v = hn::Set(d, l);
-    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(hn::Div(hn::LoadU(d, p + j), l_v), d, p + j);
-    for (; j < n[i]; ++j) p[j] = p[j] / l;
-    // D = chain of p dp; ds = (p (dp - D)) scale.
-    float D = 0.0f;
-    for (j = 0; j < n[i]; ++j) D = ref::fma_f32(p[j], ds[j], D);
-    const auto D_v = hn::Set(d, D), scale_v = hn::Set(d, scale);
-    for (j = 0; j + N <= n[i]; j += N)
+  }
+  float l[QB], D[QB];
+  SumChains<QB>(pt, T, n, l);
+  for (int i = 0; i < QB; ++i) {
+    float* p = pt + i * T;
+    const auto l_v = hn::Set(d, l[i]);
+    int64_t j = 0;
+    for (; j + N <= n[i]; j += N) hn::StoreU(hn::Div(hn::LoadU(d, p + j), l_v), d, p + j);
+    for (; j < n[i]; ++j) p[j] = p[j] / l[i];
+  }
+  // D = chain of p dp; ds = (p (dp - D)) scale.
+  DotChains<QB>(pt, dst, T, n, D);
+  for (int i = 0; i < QB; ++i) {
+    const float* p = pt + i * T;
+    float* ds = dst + i * T;
+    const auto D_v = hn::Set(d, D[i]), scale_v = hn::Set(d, scale);
+    int64_t j = 0;
+    for (; j + N <= n[i]; j += N)
       hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, ds + j), D_v)), scale_v), d, ds + j);
-    for (; j < n[i]; ++j) ds[j] = (p[j] * (ds[j] - D)) * scale;
+    for (; j < n[i]; ++j) ds[j] = (p[j] * (ds[j] - D[i])) * scale;
   }
   // dq_t = chain over j of ds_tj k_j: the keys all QB queries reach together, then each one's own.
   CombineAll<QB>(dst, T, k, kv_stride, 0, n[0], head_dim, true, dq + t0 * q_stride, q_stride);

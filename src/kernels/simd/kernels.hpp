@@ -68,7 +68,9 @@ struct Kernels {
   void (*attention)(const float* q, const float* kt, int64_t ldk, const float* v, int64_t ldv,
                     int64_t n, int32_t head_dim, float scale, float* out, float* scratch) = nullptr;
   // ref::attention for nq <= 3 queries of one key/value head, query i (at q + i * q_stride)
-  // reading keys [0, n[i]) with n nondecreasing and every key below n[nq - 1] written; outputs at
+  // reading keys [0, n[i]) with n nondecreasing and every key below n[nq - 1] written (kt's rows
+  // hold ldk floats, all of which may be read; scores of the keys at or past n are discarded);
+  // outputs at
   // out + i * out_stride. Sharing the loads of keys and values, each output has the bits of
   // `attention` alone. scratch holds nq * n[nq - 1] floats.
   void (*attention_queries)(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
@@ -107,7 +109,8 @@ struct Kernels {
   float (*cross_entropy_backward)(const float* logits, int32_t vocab, int32_t target, float count,
                                   float* dz) = nullptr;
   // ref::attention_backward for one sequence and one key/value head, with keys and values also
-  // given transposed (kt, vt [head_dim, ldt]) for the lanes along j. scratch holds
+  // given transposed (kt, vt [head_dim, ldt], rows of ldt floats that may all be read) for the
+  // lanes along j. scratch holds
   // 2 * group * T * T floats.
   void (*attention_backward)(const float* q, int64_t q_stride, const float* k, const float* kt,
                              const float* v, const float* vt, int64_t kv_stride, int64_t ldt,
