@@ -219,12 +219,14 @@ void MatmulAt(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int
   const int64_t tiles = (M + kRows - 1) / kRows;
   for (int64_t k0 = 0; k0 < K; k0 += kAtDepth) {
     const int64_t kc = std::min(kAtDepth, K - k0);
+    const int64_t whole = M / kRows;
     for (int64_t k = 0; k < kc; ++k) {
       const float* row = a + (k0 + k) * lda;
-      for (int64_t t = 0; t < tiles; ++t) {
-        float* dst = scratch + t * kc * kRows + k * kRows;
-        for (int i = 0; i < kRows; ++i) dst[i] = t * kRows + i < M ? row[t * kRows + i] : 0.0f;
-      }
+      float* dst = scratch + k * kRows;
+      for (int64_t t = 0; t < whole; ++t)
+        for (int i = 0; i < kRows; ++i) dst[t * kc * kRows + i] = row[t * kRows + i];
+      if (whole < tiles)
+        for (int i = 0; i < kRows; ++i) dst[whole * kc * kRows + i] = whole * kRows + i < M ? row[whole * kRows + i] : 0.0f;
     }
     const bool first = k0 == 0;
     for (int64_t p = p_begin; p < p_end; ++p) {

@@ -15,14 +15,17 @@ struct MatmulShare {
 };
 
 // Splits the panels when that balances at least as well as splitting the rows (in whole row
-// blocks), else the rows.
-inline MatmulShare matmul_share(int64_t M, const PackedMatrix& b, int row_block, int w, int n) {
+// blocks), else the rows; with prefer_rows, the other way round (matmul_at, where each worker
+// packs the rows of a it reads).
+inline MatmulShare matmul_share(int64_t M, const PackedMatrix& b, int row_block, int w, int n,
+                                bool prefer_rows = false) {
   const int64_t blocks = (M + row_block - 1) / row_block;
   auto imbalance = [n](int64_t items) {
     const int64_t most = (items + n - 1) / n;
     return static_cast<double>(most * n) / static_cast<double>(std::max<int64_t>(items, 1));
   };
-  if (n == 1 || imbalance(b.panels) <= imbalance(blocks)) {
+  const double by_panels = imbalance(b.panels), by_rows = imbalance(blocks);
+  if (n == 1 || (prefer_rows ? by_panels < by_rows : by_panels <= by_rows)) {
     const auto [p0, p1] = static_range(b.panels, w, n);
     return {0, M, p0, p1};
   }
@@ -43,7 +46,7 @@ inline void matmul_part(const Kernels& k, const float* a, int64_t lda, int64_t M
 // k.matmul_at_scratch_floats(M) floats of this worker's own.
 inline void matmul_at_part(const Kernels& k, const float* a, int64_t lda, int64_t M, const PackedMatrix& b,
                            float* c, int64_t ldc, float* scratch, int w, int n) {
-  const MatmulShare s = matmul_share(M, b, k.row_block, w, n);
+  const MatmulShare s = matmul_share(M, b, k.row_block, w, n, true);
   if (s.row_begin < s.row_end && s.panel_begin < s.panel_end)
     k.matmul_at(a + s.row_begin, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
                 c + s.row_begin * ldc, ldc, scratch);
