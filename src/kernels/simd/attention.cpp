@@ -99,6 +99,9 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   }
 }
 
+// Vectors per tile for QB queries: QB * U accumulators, at most 12 of the 16 AVX2 registers.
+constexpr int TileVectors(int QB) { return QB <= 3 ? 4 : 2; }
+
 // Scores of QB queries at once over U vectors of keys: acc[i][u] lanes j0 + u N + lane, each a
 // chain over d of q_i[d] * kt[d, j] as Scores computes it; the keys' loads are shared.
 template <int QB, int U>
@@ -136,7 +139,8 @@ HWY_INLINE void AllScores(const float* HWY_RESTRICT q, int64_t q_stride, const i
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n_max = n[QB - 1];
   int64_t j = 0;
-  for (; j + 4 * N <= n_max; j += 4 * N) ScoresMulti<QB, 4>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
+  constexpr int U = TileVectors(QB);
+  for (; j + U * N <= n_max; j += U * N) ScoresMulti<QB, U>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
   for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
   if (j < n_max && j + N <= ldk) {
     HWY_ALIGN float tail[QB * (HWY_MAX_BYTES / sizeof(float))];
@@ -186,8 +190,9 @@ HWY_INLINE void CombineAll(const float* e, int64_t ld_e, const float* v, int64_t
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int32_t d0 = 0;
-  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N))
-    CombineMulti<QB, 4>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
+  constexpr int U = TileVectors(QB);
+  for (; d0 + U * N <= head_dim; d0 += static_cast<int32_t>(U * N))
+    CombineMulti<QB, U>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
   for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
     CombineMulti<QB, 1>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
   for (; d0 < head_dim; ++d0) {
@@ -420,7 +425,11 @@ void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const floa
     const int64_t off = static_cast<int64_t>(h) * head_dim;
     float* Ph = P + static_cast<int64_t>(h) * T * T;
     float* DSh = DS + static_cast<int64_t>(h) * T * T;
+    // Blocks of six queries (six l and D chains interleaved; measured 1.15x faster than three),
+    // then three, then one.
     int64_t t0 = 0;
+    for (; t0 + 6 <= T; t0 += 6)
+      QueryBlock<6>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
     for (; t0 + 3 <= T; t0 += 3)
       QueryBlock<3>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
     for (; t0 < T; ++t0)
