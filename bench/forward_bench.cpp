@@ -98,34 +98,36 @@ BENCHMARK(BM_Matmul)->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256,
 BENCHMARK(BM_MatmulAt)->Args({256, 2048, 768})->Args({768, 2048, 256})->Unit(benchmark::kMillisecond);
 
 // One (row, head) of causal attention as training runs it: T = 256 positions, head_dim 32, one
-// query head per key/value head. Forward: blocks of three queries (attention_queries); backward:
-// attention_backward. flops: 2 per multiply-add over the t + 1 keys of each query, of two
-// products forward (QK^T, PV) and five backward (QK^T again, dP = dO V^T, dQ, dK, dV).
+// query head per key/value head; rows of q, k, v, dout and the gradients `stride` floats apart
+// (training's fused qkv rows: 768 for s256) and kt, vt rows `ldt` apart. Forward: blocks of three
+// queries (attention_queries); backward: attention_backward. flops: 2 per multiply-add over the
+// t + 1 keys of each query, of two products forward (QK^T, PV) and five backward (QK^T again,
+// dP = dO V^T, dQ, dK, dV).
 void attention_bench(benchmark::State& state, bool backward) {
-  const int64_t T = 256;
+  const int64_t T = 256, stride = state.range(0), ldt = state.range(1);
   const int32_t hd = 32;
   const simd::Kernels& k = simd::best_kernels();
-  const auto q = random_vector(T * hd, 1), kk = random_vector(T * hd, 2), v = random_vector(T * hd, 3);
-  const auto dout = random_vector(T * hd, 4);
-  std::vector<float> kt(static_cast<size_t>(T * hd)), vt(kt.size()), out(kt.size()), dq(kt.size()), dk(kt.size()),
-      dv(kt.size());
+  const auto q = random_vector(T * stride, 1), kk = random_vector(T * stride, 2), v = random_vector(T * stride, 3);
+  const auto dout = random_vector(T * stride, 4);
+  std::vector<float> kt(static_cast<size_t>(hd * ldt)), vt(kt.size()), out(q.size()), dq(q.size()), dk(q.size()),
+      dv(q.size());
   for (int64_t t = 0; t < T; ++t)
     for (int32_t e = 0; e < hd; ++e) {
-      kt[static_cast<size_t>(e * T + t)] = kk[static_cast<size_t>(t * hd + e)];
-      vt[static_cast<size_t>(e * T + t)] = v[static_cast<size_t>(t * hd + e)];
+      kt[static_cast<size_t>(e * ldt + t)] = kk[static_cast<size_t>(t * stride + e)];
+      vt[static_cast<size_t>(e * ldt + t)] = v[static_cast<size_t>(t * stride + e)];
     }
   std::vector<float> scratch(static_cast<size_t>(2 * T * T));
   const float scale = 0.17677669f;
   for (auto _ : state) {
     if (backward) {
-      k.attention_backward(q.data(), hd, kk.data(), kt.data(), v.data(), vt.data(), hd, T, dout.data(), hd, dq.data(),
-                           dk.data(), dv.data(), hd, T, 1, hd, scale, scratch.data());
+      k.attention_backward(q.data(), stride, kk.data(), kt.data(), v.data(), vt.data(), stride, ldt, dout.data(), stride,
+                           dq.data(), dk.data(), dv.data(), stride, T, 1, hd, scale, scratch.data());
     } else {
       for (int64_t t = 0; t < T; t += 3) {
         const int64_t keys[3] = {t + 1, t + 2, t + 3};
         const int count = static_cast<int>(std::min<int64_t>(3, T - t));
-        k.attention_queries(q.data() + t * hd, hd, keys, count, kt.data(), T, v.data(), hd, hd, scale,
-                            out.data() + t * hd, hd, scratch.data());
+        k.attention_queries(q.data() + t * stride, stride, keys, count, kt.data(), ldt, v.data(), stride, hd, scale,
+                            out.data() + t * stride, stride, scratch.data());
       }
     }
     benchmark::DoNotOptimize(out.data());
@@ -137,8 +139,8 @@ void attention_bench(benchmark::State& state, bool backward) {
 }
 void BM_AttentionForward(benchmark::State& state) { attention_bench(state, false); }
 void BM_AttentionBackward(benchmark::State& state) { attention_bench(state, true); }
-BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionForward)->Args({768, 256})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionBackward)->Args({768, 256})->Unit(benchmark::kMicrosecond);
 
 // Initial weights per shape, made once per process (l768's take seconds to draw).
 const std::vector<float>& shape_parameters(int which) {
