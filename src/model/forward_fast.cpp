@@ -252,11 +252,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
       const ParameterRegistry::Layer& lw = m.registry.layer(l);
       const simd::PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
       // x = x + (the previous layer's MLP output); xn = rmsnorm(x)
-      for (int64_t t = t0; t < t1; ++t) {
-        if (l > 0) k.add(x + t * d, o + t * d, d);
-        k.rmsnorm(x + t * d, p + lw.attn_norm, xn + t * d, d, c.norm_eps);
-        if (bf16) k.round_bf16(xn + t * d, xn + t * d, d);
-      }
+      if (l > 0) k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
+      k.rmsnorm_rows(x + t0 * d, p + lw.attn_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
+      if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
       barrier.wait();
       // [q | k | v] = xn @ [wq | wk | wv]
       matmul_part(k, xn, d, R, pl.qkv, qkv, qkv_ld, w, n);
@@ -300,11 +298,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
       matmul_part(k, att, q_dim, R, pl.wo, o, d, w, n);
       barrier.wait();
       // x = x + o; xn = rmsnorm(x)
-      for (int64_t t = t0; t < t1; ++t) {
-        k.add(x + t * d, o + t * d, d);
-        k.rmsnorm(x + t * d, p + lw.mlp_norm, xn + t * d, d, c.norm_eps);
-        if (bf16) k.round_bf16(xn + t * d, xn + t * d, d);
-      }
+      k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
+      k.rmsnorm_rows(x + t0 * d, p + lw.mlp_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
+      if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
       barrier.wait();
       // [gate | up] = xn @ [w_gate | w_up]; h = silu(gate) * up
       matmul_part(k, xn, d, R, pl.gate_up, gu, 2 * ff, w, n);

@@ -191,12 +191,9 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
       Workspace::Cache& a = ws.cache[sz(l)];
-      for (int64_t r = r0; r < r1; ++r) {
-        std::copy_n(x + r * d, d, a.x_in.get() + r * d);
-        a.inv1[sz(r)] = k.inverse_rms(x + r * d, d, eps);
-        k.rmsnorm(x + r * d, p + lw.attn_norm, a.xn1.get() + r * d, d, eps);
-        if (bf16) k.round_bf16(a.xn1.get() + r * d, a.xn1.get() + r * d, d);
-      }
+      std::copy(x + r0 * d, x + r1 * d, a.x_in.get() + r0 * d);
+      k.rmsnorm_rows(x + r0 * d, p + lw.attn_norm, a.xn1.get() + r0 * d, a.inv1.get() + r0, r1 - r0, d, eps);
+      if (bf16) k.round_bf16(a.xn1.get() + r0 * d, a.xn1.get() + r0 * d, (r1 - r0) * d);
       barrier.wait();
       matmul_part(k, a.xn1.get(), d, R, pl.qkv, a.qkv.get(), qkv_ld, w, n);
       barrier.wait();
@@ -235,13 +232,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       matmul_part(k, a.att.get(), qd, R, pl.wo, ws.dbranch.get(), d, w, n);
       barrier.wait();
-      for (int64_t r = r0; r < r1; ++r) {
-        k.add(x + r * d, ws.dbranch.get() + r * d, d);
-        std::copy_n(x + r * d, d, a.x_mid.get() + r * d);
-        a.inv2[sz(r)] = k.inverse_rms(x + r * d, d, eps);
-        k.rmsnorm(x + r * d, p + lw.mlp_norm, a.xn2.get() + r * d, d, eps);
-        if (bf16) k.round_bf16(a.xn2.get() + r * d, a.xn2.get() + r * d, d);
-      }
+      k.add(x + r0 * d, ws.dbranch.get() + r0 * d, (r1 - r0) * d);
+      std::copy(x + r0 * d, x + r1 * d, a.x_mid.get() + r0 * d);
+      k.rmsnorm_rows(x + r0 * d, p + lw.mlp_norm, a.xn2.get() + r0 * d, a.inv2.get() + r0, r1 - r0, d, eps);
+      if (bf16) k.round_bf16(a.xn2.get() + r0 * d, a.xn2.get() + r0 * d, (r1 - r0) * d);
       barrier.wait();
       matmul_part(k, a.xn2.get(), d, R, pl.gu, a.gu.get(), 2 * ff, w, n);
       barrier.wait();
@@ -252,13 +246,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       matmul_part(k, a.h.get(), ff, R, pl.down, ws.dbranch.get(), d, w, n);
       barrier.wait();
-      for (int64_t r = r0; r < r1; ++r) k.add(x + r * d, ws.dbranch.get() + r * d, d);
+      k.add(x + r0 * d, ws.dbranch.get() + r0 * d, (r1 - r0) * d);
     }
-    for (int64_t r = r0; r < r1; ++r) {
-      ws.invf[sz(r)] = k.inverse_rms(x + r * d, d, eps);
-      k.rmsnorm(x + r * d, p + reg.final_norm(), ws.xnf.get() + r * d, d, eps);
-      if (bf16) k.round_bf16(ws.xnf.get() + r * d, ws.xnf.get() + r * d, d);
-    }
+    k.rmsnorm_rows(x + r0 * d, p + reg.final_norm(), ws.xnf.get() + r0 * d, ws.invf.get() + r0, r1 - r0, d, eps);
+    if (bf16) k.round_bf16(ws.xnf.get() + r0 * d, ws.xnf.get() + r0 * d, (r1 - r0) * d);
     barrier.wait();
     matmul_part(k, ws.xnf.get(), d, R, ws.head, ws.logits.get(), V, w, n);
     barrier.wait();
@@ -306,11 +297,9 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     };
     // dx = rmsnorm backward (rows) and dw (columns) of one norm; `accumulate` adds into ws.dx.
     auto norm_backward = [&](const float* xs, const float* inv, const float* wn, const float* dyn, float* dw, bool accumulate) {
-      for (int64_t r = r0; r < r1; ++r) {
-        float* out = accumulate ? ws.dbranch.get() + r * d : ws.dx.get() + r * d;
-        k.rmsnorm_backward_row(xs + r * d, wn, dyn + r * d, out, d, eps);
-        if (accumulate) k.add(ws.dx.get() + r * d, out, d);
-      }
+      float* out = accumulate ? ws.dbranch.get() : ws.dx.get();
+      k.rmsnorm_backward_rows(xs + r0 * d, wn, dyn + r0 * d, inv + r0, out + r0 * d, r1 - r0, d);
+      if (accumulate) k.add(ws.dx.get() + r0 * d, out + r0 * d, (r1 - r0) * d);
       const auto [i0, i1] = static_range(d, w, n);
       k.rmsnorm_backward_weight(xs, inv, dyn, dw, R, d, i0, i1);
       barrier.wait();

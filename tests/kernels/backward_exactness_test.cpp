@@ -32,15 +32,20 @@ TEST(BackwardKernels, RmsNormEqualsReference) {
   uint64_t seed = 1;
   for (const Kernels* k : simd::supported_kernels()) {
     for (int n : kSizes) {
-      for (int R : {1, 3, 10}) {
+      for (int R : {1, 3, 4, 10}) {
         const auto x = test::random_floats(R * n, seed++, 2.0), w = test::random_floats(n, seed++), dy = test::random_floats(R * n, seed++);
         std::vector<float> dx_ref(static_cast<size_t>(R * n)), dw_ref(static_cast<size_t>(n));
         ref::rmsnorm_backward(x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(), R, n, 1e-5f);
         std::vector<float> dx(dx_ref.size()), dw(dw_ref.size()), inv(static_cast<size_t>(R));
-        for (int r = 0; r < R; ++r) {
-          k->rmsnorm_backward_row(x.data() + r * n, w.data(), dy.data() + r * n, dx.data() + r * n, n, 1e-5f);
-          inv[static_cast<size_t>(r)] = k->inverse_rms(x.data() + r * n, n, 1e-5f);
+        std::vector<float> y(dx.size()), y_ref(dx.size());
+        for (int r = 0; r < R; ++r) ref::rmsnorm(x.data() + r * n, w.data(), y_ref.data() + r * n, n, 1e-5f);
+        // The forward's rows and inverse rms, in pieces of 1 and 5 rows (the kernel interleaves 4).
+        for (int r0 = 0, piece = 1; r0 < R; r0 += piece, piece = piece == 1 ? 5 : 1) {
+          const int rows = std::min(piece, R - r0);
+          k->rmsnorm_rows(x.data() + r0 * n, w.data(), y.data() + r0 * n, inv.data() + r0, rows, n, 1e-5f);
         }
+        EXPECT_TRUE(same(y, y_ref)) << k->name << " rmsnorm_rows n=" << n << " R=" << R;
+        k->rmsnorm_backward_rows(x.data(), w.data(), dy.data(), inv.data(), dx.data(), R, n);
         for (int i0 = 0; i0 < n; i0 += 13) k->rmsnorm_backward_weight(x.data(), inv.data(), dy.data(), dw.data(), R, n, i0, std::min(n, i0 + 13));
         EXPECT_TRUE(same(dx, dx_ref)) << k->name << " rmsnorm dx n=" << n << " R=" << R;
         EXPECT_TRUE(same(dw, dw_ref)) << k->name << " rmsnorm dw n=" << n << " R=" << R;

@@ -60,6 +60,10 @@ struct Kernels {
   }
   // ref::rmsnorm.
   void (*rmsnorm)(const float* x, const float* w, float* y, int64_t n, float eps) = nullptr;
+  // ref::rmsnorm of rows [0, rows) of x into y (both [rows, n]); each row's 1 / sqrt(mean(x^2) +
+  // eps), as ref::rmsnorm computes it, into inv_rms[row] when inv_rms is not null.
+  void (*rmsnorm_rows)(const float* x, const float* w, float* y, float* inv_rms, int64_t rows, int64_t n,
+                       float eps) = nullptr;
   // ref::rope.
   void (*rope)(float* v, int32_t n_heads, int32_t head_dim, const float* cos_row,
                const float* sin_row) = nullptr;
@@ -90,15 +94,14 @@ struct Kernels {
 
   // ---- training (the twins of the backward kernels in kernels/ref/ops.hpp) ----
 
-  // ref::rmsnorm_backward's per-row part: dx [n] for one row.
-  void (*rmsnorm_backward_row)(const float* x, const float* w, const float* dy, float* dx, int64_t n,
-                               float eps) = nullptr;
+  // ref::rmsnorm_backward's per-row part for rows [0, rows) of x, dy, dx [rows, n], with each
+  // row's inv_rms from the forward (rmsnorm_rows).
+  void (*rmsnorm_backward_rows)(const float* x, const float* w, const float* dy, const float* inv_rms, float* dx,
+                                int64_t rows, int64_t n) = nullptr;
   // ref::rmsnorm_backward's dw for columns [i0, i1): dw[i] = fma chain over the R rows of
   // dy[r, i] * xhat[r, i], with xhat[r, i] = x[r, i] * inv_rms[r] (inv_rms from the forward).
   void (*rmsnorm_backward_weight)(const float* x, const float* inv_rms, const float* dy, float* dw,
                                   int64_t R, int64_t n, int64_t i0, int64_t i1) = nullptr;
-  // 1 / sqrt(mean(x^2) + eps) of one row, as ref::rmsnorm computes it.
-  float (*inverse_rms)(const float* x, int64_t n, float eps) = nullptr;
   // ref::rope_backward.
   void (*rope_backward)(float* dv, int32_t n_heads, int32_t head_dim, const float* cos_row,
                         const float* sin_row) = nullptr;
