@@ -52,27 +52,22 @@ std::string describe(const std::vector<TensorSpec>& specs) {
 
 Run add_call(CLI::App& app) {
   struct Flags {
-    std::string path;
+    ModelFlags model;
     std::vector<std::string> outputs;
     bool at = false;
-    bool trained = false;
     std::string precision;
-    DeviceFlags device;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("call", "run one call: raw inputs on stdin, raw outputs on stdout");
-  cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  f->model.add_to(*cmd);
   cmd->add_option("--output", f->outputs, "only this output, repeatable, in the order given")
       ->allow_extra_args(false);  // one name per --output, so a MODEL after it stays one
   cmd->add_flag("--at", f->at, "a last input `at` i32 [1]; each output only at that position");
-  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
   cmd->add_option("--precision", f->precision, "bf16: matmul operands rounded to bf16");
-  f->device.add_to(*cmd);
   return [f] {
-    LoadOptions options = f->device.load_options();
-    options.trained = f->trained;
+    LoadOptions options = f->model.load_options();
     if (!f->precision.empty()) options.precision = parse_precision(f->precision);
-    const auto model = Model::load(f->path, options);
+    const auto model = Model::load(f->model.path, options);
     const CallLayout layout(model->config(), f->outputs, f->at);
     const std::vector<uint8_t> input = read_stdin(layout.input_bytes());
     if (input.size() != layout.input_bytes())

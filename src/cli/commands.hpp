@@ -35,6 +35,17 @@ struct DeviceFlags {
   LoadOptions load_options() const;
 };
 
+// The model a subcommand loads: the positional MODEL (a model directory, checkpoint step or
+// checkpoint location), --trained, and with_device the DeviceFlags.
+struct ModelFlags {
+  std::string path;
+  bool trained = false;
+  DeviceFlags device;
+  void add_to(CLI::App& cmd, const std::string& positional = "MODEL", bool with_device = true);
+  // The device's options (checked) with `trained`; throws lockstep::Error.
+  LoadOptions load_options() const;
+};
+
 // "109.8 KiB"
 std::string human_bytes(double bytes);
 // "1,234,567"

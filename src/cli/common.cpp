@@ -22,6 +22,18 @@ LoadOptions DeviceFlags::load_options() const {
   return o;
 }
 
+void ModelFlags::add_to(CLI::App& cmd, const std::string& positional, bool with_device) {
+  cmd.add_option(positional, path, "a model directory, checkpoint step or checkpoint location")->required();
+  cmd.add_flag("--trained", trained, "a checkpoint's trained weights instead of its averages");
+  if (with_device) device.add_to(cmd);
+}
+
+LoadOptions ModelFlags::load_options() const {
+  LoadOptions o = device.load_options();
+  o.trained = trained;
+  return o;
+}
+
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

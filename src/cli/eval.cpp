@@ -10,21 +10,15 @@ namespace lockstep::cli {
 
 Run add_eval(CLI::App& app) {
   struct Flags {
-    std::string path;
+    ModelFlags model;
     std::string data;
-    bool trained = false;
-    DeviceFlags device;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("eval", "print a model's mean loss and bits per byte over a file");
-  cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  f->model.add_to(*cmd);
   cmd->add_option("--data", f->data, "the bytes to evaluate on")->required();
-  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
-  f->device.add_to(*cmd);
   return [f] {
-    LoadOptions options = f->device.load_options();
-    options.trained = f->trained;
-    const auto model = Model::load(f->path, options);
+    const auto model = Model::load(f->model.path, f->model.load_options());
     const ByteEvaluation e = evaluate_file(*model, f->data);
     const ModelSource& s = model->source();
     std::printf("model      %s", s.directory.c_str());

@@ -10,17 +10,16 @@ namespace lockstep::cli {
 
 Run add_generate(CLI::App& app) {
   struct Flags {
-    std::string path, prompt, stop;
+    ModelFlags model;
+    std::string prompt, stop;
     int32_t tokens = 64;
     float temperature = 0.0f, top_p = 1.0f;
     int32_t top_k = 0;
     uint64_t seed = 0;
-    bool trained = false;
-    DeviceFlags device;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed as it comes");
-  cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  f->model.add_to(*cmd);
   cmd->add_option("--prompt", f->prompt, "the prompt's text (its bytes are the first tokens)")->required();
   cmd->add_option("-n,--tokens", f->tokens, "the most tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->temperature, "0: greedy; higher: more varied")->capture_default_str();
@@ -28,12 +27,8 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("--top-p", f->top_p, "sample among the most likely bytes holding this mass (1: all)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "sampling seed: the same seed gives the same text")->capture_default_str();
   cmd->add_option("--stop", f->stop, "stop once the generated text ends with this");
-  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
-  f->device.add_to(*cmd);
   return [f] {
-    LoadOptions options = f->device.load_options();
-    options.trained = f->trained;
-    const auto model = Model::load(f->path, options);
+    const auto model = Model::load(f->model.path, f->model.load_options());
     if (model->config().vocab_size != 256)
       throw Error(ErrorKind::unsupported, "generate writes bytes; this model's vocabulary has " +
                                               std::to_string(model->config().vocab_size) + " ids");

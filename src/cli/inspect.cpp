@@ -7,20 +7,17 @@ namespace lockstep::cli {
 
 Run add_inspect(CLI::App& app) {
   struct Flags {
-    std::string path;
-    bool trained = false;
+    ModelFlags model;  // without --device: inspect reads on the reference device
     bool parameters = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("inspect", "print a model's configuration, inputs, outputs and digest");
-  cmd->add_option("MODEL", f->path, "a model directory, checkpoint step or checkpoint location")->required();
-  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
+  f->model.add_to(*cmd, "MODEL", false);
   cmd->add_flag("--parameters", f->parameters, "also list every parameter tensor");
   return [f] {
-    LoadOptions options;
-    options.trained = f->trained;
+    LoadOptions options = f->model.load_options();
     options.device = Device::reference;
-    const auto model = Model::load(f->path, options);
+    const auto model = Model::load(f->model.path, options);
     const ModelConfig& c = model->config();
     const ModelSource& s = model->source();
     std::printf("model      %s\n", s.directory.c_str());

@@ -94,30 +94,26 @@ class SignalWatcher {
 
 Run add_serve(CLI::App& app) {
   struct Flags {
-    std::string path;
+    ModelFlags model;
     ServerOptions server;
     std::string precision;
     std::string socket_mode = "0600";
-    bool trained = false;
     int64_t cache_mb = 256;
     bool no_cache = false;
-    DeviceFlags device;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a model on a Unix socket, batching calls");
-  cmd->add_option("LOCATION", f->path, "a model directory, checkpoint step or checkpoint location")->required();
+  f->model.add_to(*cmd, "LOCATION");
   cmd->add_option("--socket", f->server.socket_path, "the Unix socket to listen on")->required();
   cmd->add_option("--batch", f->server.batch, "most calls run together on the device")->capture_default_str();
   cmd->add_option("--output", f->server.outputs, "only this output, repeatable, in the order given")
       ->allow_extra_args(false);  // one name per --output, so a LOCATION after it stays one
   cmd->add_flag("--at", f->server.at, "a last input `at` i32 [1]; each output only at that position");
   cmd->add_option("--precision", f->precision, "bf16: matmul operands rounded to bf16");
-  cmd->add_flag("--trained", f->trained, "a checkpoint's trained weights instead of its averages");
   cmd->add_option("--socket-mode", f->socket_mode, "permission bits of the socket, octal")->capture_default_str();
   cmd->add_option("--cache-mb", f->cache_mb, "prefix cache size in MiB (keys and values of computed rows)")
       ->capture_default_str();
   cmd->add_flag("--no-cache", f->no_cache, "no prefix cache: every call computes from position 0");
-  f->device.add_to(*cmd);
   return [f] {
     ServerOptions options = f->server;
     if (options.batch < 1 || options.batch > max_server_batch)
@@ -127,12 +123,11 @@ Run add_serve(CLI::App& app) {
     if (f->cache_mb < 0 || f->cache_mb > (int64_t{1} << 20))
       throw Error(ErrorKind::invalid_argument, "--cache-mb must be in [0, 1048576], got " + std::to_string(f->cache_mb));
     options.cache_bytes = f->no_cache ? 0 : static_cast<size_t>(f->cache_mb) << 20;
-    LoadOptions load = f->device.load_options();
-    load.trained = f->trained;
+    LoadOptions load = f->model.load_options();
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist
     ::signal(SIGPIPE, SIG_IGN);  // a vanished client or stdout reader is an error return, not a kill
-    const std::shared_ptr<const Model> model = Model::load(f->path, load);
+    const std::shared_ptr<const Model> model = Model::load(f->model.path, load);
     Server server(model, std::move(options));
     const ServerOptions& o = server.options();
     std::printf("serving %s on %s, up to %s a run\n", model->source().directory.c_str(),

@@ -4,9 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <atomic>
 #include <regex>
-#include <thread>
 
 #include "serve/serve_fixture.hpp"
 
@@ -54,22 +52,13 @@ TEST(ServeCache, SamplingLoopsGetTheSameBitsWithTheCacheOnOffAndTiny) {
     args.insert(args.end(), flags.begin(), flags.end());
     ServerProcess server(args);
     ASSERT_TRUE(server.running()) << server.err();
-    std::vector<std::vector<std::string>> answers(kClients);
-    std::atomic<int> failures{0};
-    std::vector<std::thread> threads;
-    for (int c = 0; c < kClients; ++c) {
-      threads.emplace_back([&, c] {
-        try {
-          RawClient client(sock);
-          for (int32_t at = 0; at < kLength; ++at) answers[static_cast<size_t>(c)].push_back(client.call(loop_input(c, at)));
-          for (int32_t at = kLength - 1; at >= 0; at -= 5) answers[static_cast<size_t>(c)].push_back(client.call(loop_input(c, at)));
-        } catch (const std::exception&) {
-          failures.fetch_add(1);
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    ASSERT_EQ(failures.load(), 0);
+    const auto [answers, failures] = run_clients(sock, kClients, [](int c) {
+      std::vector<std::string> inputs;
+      for (int32_t at = 0; at < kLength; ++at) inputs.push_back(loop_input(c, at));
+      for (int32_t at = kLength - 1; at >= 0; at -= 5) inputs.push_back(loop_input(c, at));
+      return inputs;
+    });
+    ASSERT_EQ(failures, 0);
     ASSERT_EQ(server.stop(SIGINT), 128 + SIGINT);
     const std::string what = flags.empty() ? "default cache" : flags[0];
     for (int c = 0; c < kClients; ++c) {

@@ -2,8 +2,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <atomic>
-#include <thread>
 
 #include "core/rng.hpp"
 #include "serve/serve_fixture.hpp"
@@ -28,21 +26,12 @@ TEST(ServeLoad, ManyClientsBatchedGetTheBitsOfEachCallAlone) {
   ServerProcess server({model_dir, "--socket", sock, "--batch", "8", "--at"});
   ASSERT_TRUE(server.running()) << server.err();
 
-  std::vector<std::vector<std::string>> answers(kClients);
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int c = 0; c < kClients; ++c) {
-    threads.emplace_back([&, c] {
-      try {
-        RawClient client(sock);
-        for (int i = 0; i < kCallsEach; ++i) answers[static_cast<size_t>(c)].push_back(client.call(load_input(c, i)));
-      } catch (const std::exception&) {
-        failures.fetch_add(1);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  ASSERT_EQ(failures.load(), 0);
+  const auto [answers, failures] = run_clients(sock, kClients, [](int c) {
+    std::vector<std::string> inputs;
+    for (int i = 0; i < kCallsEach; ++i) inputs.push_back(load_input(c, i));
+    return inputs;
+  });
+  ASSERT_EQ(failures, 0);
   EXPECT_EQ(server.stop(SIGTERM), 128 + SIGTERM);
   const auto [calls, runs] = stop_counts(server.out(), "SIGTERM");
   EXPECT_EQ(calls, kClients * kCallsEach) << server.out();

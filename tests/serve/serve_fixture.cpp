@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <regex>
@@ -189,6 +190,27 @@ bool socket_accepts(const std::string& path) {
 bool path_exists(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
+}
+
+ClientAnswers run_clients(const std::string& socket_path, int clients,
+                          const std::function<std::vector<std::string>(int)>& inputs) {
+  ClientAnswers result;
+  result.answers.resize(static_cast<size_t>(clients));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      try {
+        RawClient client(socket_path);
+        for (const std::string& input : inputs(c)) result.answers[static_cast<size_t>(c)].push_back(client.call(input));
+      } catch (const std::exception&) {
+        failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  result.failures = failures.load();
+  return result;
 }
 
 std::string answer_alone(const Model& model, const CallLayout& layout, const std::string& input) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -80,6 +81,15 @@ bool path_exists(const std::string& path);
 
 // The answer (status byte 0 then the outputs, or 1 then the error) run_calls gives `input` alone.
 std::string answer_alone(const Model& model, const CallLayout& layout, const std::string& input);
+
+// `clients` concurrent clients, each its own connection on socket_path sending inputs(c) in order;
+// answers[c] holds client c's answers, and failures counts the clients that threw.
+struct ClientAnswers {
+  std::vector<std::vector<std::string>> answers;
+  int failures = 0;
+};
+ClientAnswers run_clients(const std::string& socket_path, int clients,
+                          const std::function<std::vector<std::string>(int)>& inputs);
 
 // A call's input bytes: ids then (with at) at.
 std::string call_input(const std::vector<int32_t>& ids, std::optional<int32_t> at = std::nullopt);
