@@ -127,8 +127,8 @@ HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const
 }
 
 // scores_i[j] (row i at scores + i * ld_scores) = (q_i . k_j) * scale for j < n[i], QB queries
-// with n ascending, each dot the chain ScoresMulti computes: tiles of 4 vectors of keys, then
-// single vectors, then the last partial vector whole through a buffer when kt's rows (ldk
+// with n ascending, each dot the chain ScoresMulti computes: tiles of TileVectors(QB) vectors of
+// keys, then single vectors, then the last partial vector whole through a buffer when kt's rows (ldk
 // floats) hold it (a scalar tail otherwise). Scores of keys at or past a query's own n, up to
 // n[QB - 1], may be written; the caller ignores them.
 template <int QB>
@@ -205,29 +205,17 @@ HWY_INLINE void CombineAll(const float* e, int64_t ld_e, const float* v, int64_t
 }
 
 // The QB queries' scalar chains, interleaved so that their latencies overlap (each is alone
-// latency-bound: one add or fma per 3-4 cycles). n ascending; x_i = x + i * ld.
-// sums_i = chain in increasing j from +0 of acc + x_i[j] over j < n_i.
-template <int QB>
-HWY_INLINE void SumChains(const float* x, int64_t ld, const int64_t* n, float* sums) {
+// latency-bound: one add or fma per 3-4 cycles). n ascending. out_i = chain in increasing j from
+// +0 of acc = step(acc, i, j) over j < n_i.
+template <int QB, class Step>
+HWY_INLINE void Chains(const int64_t* n, float* out, const Step& step) {
   float acc[QB];
   for (int i = 0; i < QB; ++i) acc[i] = 0.0f;
   for (int64_t j = 0; j < n[0]; ++j)
-    for (int i = 0; i < QB; ++i) acc[i] = acc[i] + x[i * ld + j];
+    for (int i = 0; i < QB; ++i) acc[i] = step(acc[i], i, j);
   for (int i = 1; i < QB; ++i)
-    for (int64_t j = n[0]; j < n[i]; ++j) acc[i] = acc[i] + x[i * ld + j];
-  for (int i = 0; i < QB; ++i) sums[i] = acc[i];
-}
-
-// dots_i = chain in increasing j from +0 of fma(x_i[j], y_i[j], acc) over j < n_i.
-template <int QB>
-HWY_INLINE void DotChains(const float* x, const float* y, int64_t ld, const int64_t* n, float* dots) {
-  float acc[QB];
-  for (int i = 0; i < QB; ++i) acc[i] = 0.0f;
-  for (int64_t j = 0; j < n[0]; ++j)
-    for (int i = 0; i < QB; ++i) acc[i] = ref::fma_f32(x[i * ld + j], y[i * ld + j], acc[i]);
-  for (int i = 1; i < QB; ++i)
-    for (int64_t j = n[0]; j < n[i]; ++j) acc[i] = ref::fma_f32(x[i * ld + j], y[i * ld + j], acc[i]);
-  for (int i = 0; i < QB; ++i) dots[i] = acc[i];
+    for (int64_t j = n[0]; j < n[i]; ++j) acc[i] = step(acc[i], i, j);
+  for (int i = 0; i < QB; ++i) out[i] = acc[i];
 }
 
 // Attention for QB queries of one key/value head, query i reading keys [0, n[i]) with
@@ -259,7 +247,7 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
     for (jj = 0; jj + N <= n[i]; jj += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, s + jj), m_v)), d, s + jj);
     for (; jj < n[i]; ++jj) s[jj] = ref::exp_f32(s[jj] - m);
   }
-  SumChains<QB>(scratch, ld, n, l);
+  Chains<QB>(n, l, [&](float acc, int i, int64_t j) { return acc + scratch[i * ld + j]; });
   // Weighted sums: keys [0, n_min) for all queries at once, then each query's own tail.
   CombineAll<QB>(scratch, ld, v, ldv, 0, n_min, head_dim, true, out, out_stride);
   for (int i = 1; i < QB; ++i)
@@ -388,7 +376,7 @@ void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* k
     for (; j < n[i]; ++j) p[j] = ref::exp_f32(p[j] - m);
   }
   float l[QB], D[QB];
-  SumChains<QB>(pt, T, n, l);
+  Chains<QB>(n, l, [&](float acc, int i, int64_t j) { return acc + pt[i * T + j]; });
   for (int i = 0; i < QB; ++i) {
     float* p = pt + i * T;
     const auto l_v = hn::Set(d, l[i]);
@@ -397,7 +385,7 @@ void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* k
     for (; j < n[i]; ++j) p[j] = p[j] / l[i];
   }
   // D = chain of p dp; ds = (p (dp - D)) scale.
-  DotChains<QB>(pt, dst, T, n, D);
+  Chains<QB>(n, D, [&](float acc, int i, int64_t j) { return ref::fma_f32(pt[i * T + j], dst[i * T + j], acc); });
   for (int i = 0; i < QB; ++i) {
     const float* p = pt + i * T;
     float* ds = dst + i * T;
