@@ -52,6 +52,7 @@ struct FastStep::Workspace {
   AlignedFloats dx, dbranch, dxn, dwide, dh, dy_round, wtemp, scores, attn_scratch;
   AlignedFloats at_scratch;  // per worker: at_floats each, for matmul_at
   int64_t at_floats = 0;
+  int64_t attn_floats = 0;  // per worker, for attention_backward
   PackedMatrix dy_packed;
   int threads = 0;
 };
@@ -129,7 +130,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     ws.dy_round = aligned_floats(sz(R * wide));
     ws.wtemp = aligned_floats(sz(d * wide));
     ws.scores = aligned_floats(sz(nt * 3 * L));
-    ws.attn_scratch = aligned_floats(sz(nt * 2 * group * L * L));
+    ws.attn_floats = k.attention_backward_scratch(L, group, static_cast<int32_t>(hd));
+    ws.attn_scratch = aligned_floats(sz(nt * ws.attn_floats));
     ws.dy_packed = simd::allocate_packed(k, R, wide);
   }
 
@@ -324,7 +326,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     input_grad(dlogits, V, ws.head_t, ws.dxn.get(), d);
     norm_backward(x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), grad + reg.final_norm(), false);
 
-    float* attn_scratch = ws.attn_scratch.get() + static_cast<int64_t>(w) * 2 * group * L * L;
+    float* attn_scratch = ws.attn_scratch.get() + static_cast<int64_t>(w) * ws.attn_floats;
     for (int32_t l = c.n_layers - 1; l >= 0; --l) {
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];

@@ -90,7 +90,7 @@ TEST(BackwardKernels, RopeSwigluAndCrossEntropyEqualReference) {
 TEST(BackwardKernels, AttentionEqualsReference) {
   uint64_t seed = 500;
   for (const Kernels* k : simd::supported_kernels()) {
-    for (int T : {1, 2, 5, 8, 9, 17, 33, 70}) {
+    for (int T : {1, 2, 5, 8, 9, 17, 23, 24, 25, 33, 49, 70, 130}) {
       for (int hd : {2, 6, 8, 16, 20, 32}) {
         for (int group : {1, 3}) {
           const int64_t q_stride = group * hd + 2, kv_stride = hd + 1, ldt = T + (hd % 4 ? 3 : 9);  // rows past T: read, unused
@@ -104,12 +104,13 @@ TEST(BackwardKernels, AttentionEqualsReference) {
             }
           const float scale = ref::attention_scale<float>(hd);
           std::vector<float> scratch(static_cast<size_t>(2 * group * T * T));
+          std::vector<float> fast_scratch(static_cast<size_t>(k->attention_backward_scratch(T, group, hd)));
           std::vector<float> dq_ref(q.size(), 0.0f), dk_ref(kk.size(), 0.0f), dv_ref(v.size(), 0.0f);
           ref::attention_backward(q.data(), q_stride, kk.data(), v.data(), kv_stride, dout.data(), q_stride, dq_ref.data(),
                                   dk_ref.data(), dv_ref.data(), kv_stride, T, group, hd, scale, scratch.data());
           std::vector<float> dq(q.size(), 0.0f), dk(kk.size(), 0.0f), dv(v.size(), 0.0f);
           k->attention_backward(q.data(), q_stride, kk.data(), kt.data(), v.data(), vt.data(), kv_stride, ldt, dout.data(),
-                                q_stride, dq.data(), dk.data(), dv.data(), kv_stride, T, group, hd, scale, scratch.data());
+                                q_stride, dq.data(), dk.data(), dv.data(), kv_stride, T, group, hd, scale, fast_scratch.data());
           const std::string what = std::string(k->name) + " T=" + std::to_string(T) + " hd=" + std::to_string(hd) +
                                    " group=" + std::to_string(group);
           EXPECT_TRUE(same(dq, dq_ref)) << what << " dq";

@@ -273,164 +273,9 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
   }
 }
 
-// out_j[d0 .. d0 + U N) for keys j0 .. j0 + KB - 1: chains over the group's heads h, then
-// queries t = j..T-1, of w_h[t, j] * y_h,t[d] (w: P or dS, [group][T][T]; y: dout or q rows).
-// Each key's chain runs in the reference's order; the keys of a block share the loads of y.
-template <int KB, int U>
-HWY_INLINE void KeyBlock(const float* HWY_RESTRICT w, int64_t T, int32_t group, const float* HWY_RESTRICT y,
-                         int64_t y_stride, int32_t head_dim, int64_t j0, int32_t d0, float* HWY_RESTRICT out,
-                         int64_t out_stride) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[KB][U];
-  for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = hn::Zero(d);
-  for (int32_t h = 0; h < group; ++h) {
-    const float* wh = w + static_cast<int64_t>(h) * T * T + j0;
-    const float* yh = y + static_cast<int64_t>(h) * head_dim + d0;
-    // Queries before the block's last key reach only the keys at or below them.
-    for (int64_t t = j0; t < j0 + KB - 1 && t < T; ++t) {
-      hn::Vec<DF> yv[U];
-      for (int u = 0; u < U; ++u) yv[u] = hn::LoadU(d, yh + t * y_stride + u * N);
-      for (int i = 0; i < KB; ++i) {
-        if (j0 + i > t) break;
-        const auto wv = hn::Set(d, wh[t * T + i]);
-        for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wv, yv[u], acc[i][u]);
-      }
-    }
-    for (int64_t t = j0 + KB - 1; t < T; ++t) {
-      hn::Vec<DF> yv[U];
-      for (int u = 0; u < U; ++u) yv[u] = hn::LoadU(d, yh + t * y_stride + u * N);
-      for (int i = 0; i < KB; ++i) {
-        const auto wv = hn::Set(d, wh[t * T + i]);
-        for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wv, yv[u], acc[i][u]);
-      }
-    }
-  }
-  for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + (j0 + i) * out_stride + d0 + u * N);
-}
-
-// Every key's gradient out_j[d] (the chains of KeyBlock) for keys [0, T).
-void KeyGrads(const float* w, int64_t T, int32_t group, const float* y, int64_t y_stride, int32_t head_dim,
-              float* out, int64_t out_stride) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  constexpr int KB = 4;
-  int64_t j0 = 0;
-  for (; j0 + KB <= T; j0 += KB) {
-    int32_t d0 = 0;
-    for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N))
-      KeyBlock<KB, 2>(w, T, group, y, y_stride, head_dim, j0, d0, out, out_stride);
-    for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
-      KeyBlock<KB, 1>(w, T, group, y, y_stride, head_dim, j0, d0, out, out_stride);
-    for (; d0 < head_dim; ++d0) {
-      for (int64_t j = j0; j < j0 + KB; ++j) {
-        float acc = 0.0f;
-        for (int32_t h = 0; h < group; ++h)
-          for (int64_t t = j; t < T; ++t)
-            acc = ref::fma_f32(w[(static_cast<int64_t>(h) * T + t) * T + j], y[t * y_stride + static_cast<int64_t>(h) * head_dim + d0], acc);
-        out[j * out_stride + d0] = acc;
-      }
-    }
-  }
-  for (; j0 < T; ++j0) {
-    int32_t d0 = 0;
-    for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
-      KeyBlock<1, 1>(w, T, group, y, y_stride, head_dim, j0, d0, out, out_stride);
-    for (; d0 < head_dim; ++d0) {
-      float acc = 0.0f;
-      for (int32_t h = 0; h < group; ++h)
-        for (int64_t t = j0; t < T; ++t)
-          acc = ref::fma_f32(w[(static_cast<int64_t>(h) * T + t) * T + j0], y[t * y_stride + static_cast<int64_t>(h) * head_dim + d0], acc);
-      out[j0 * out_stride + d0] = acc;
-    }
-  }
-}
-
-// One block of QB consecutive queries of head h: P rows, dS rows and dq (AttentionBackward).
-template <int QB>
-void QueryBlock(const float* q, int64_t q_stride, const float* k, const float* kt, const float* vt, int64_t kv_stride,
-                int64_t ldt, const float* dout, int64_t dout_stride, float* dq, int64_t T, int64_t t0, int32_t head_dim,
-                float scale, float* P, float* DS) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  int64_t n[QB];
-  for (int i = 0; i < QB; ++i) n[i] = t0 + i + 1;
-  float* pt = P + t0 * T;
-  float* dst = DS + t0 * T;
-  // s = q . k_j * scale into P's rows, dp = dout . v_j into dS's rows (times 1: exact).
-  AllScores<QB>(q + t0 * q_stride, q_stride, n, kt, ldt, head_dim, hn::Set(d, scale), pt, T);
-  AllScores<QB>(dout + t0 * dout_stride, dout_stride, n, vt, ldt, head_dim, hn::Set(d, 1.0f), dst, T);
-  // p = exp(s - m) / l as the forward.
-  for (int i = 0; i < QB; ++i) {
-    float* p = pt + i * T;
-    auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
-    int64_t j = 0;
-    for (; j + N <= n[i]; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, p + j));
-    float m = -std::numeric_limits<float>::infinity();
-    for (; j < n[i]; ++j) m = ref::max_skip_nan(m, p[j]);
-    m = ReduceMaxSkipNaN(d, mv, m);
-    const auto m_v = hn::Set(d, m);
-    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, p + j), m_v)), d, p + j);
-    for (; j < n[i]; ++j) p[j] = ref::exp_f32(p[j] - m);
-  }
-  float l[QB], D[QB];
-  Chains<QB>(n, l, [&](float acc, int i, int64_t j) { return acc + pt[i * T + j]; });
-  for (int i = 0; i < QB; ++i) {
-    float* p = pt + i * T;
-    const auto l_v = hn::Set(d, l[i]);
-    int64_t j = 0;
-    for (; j + N <= n[i]; j += N) hn::StoreU(hn::Div(hn::LoadU(d, p + j), l_v), d, p + j);
-    for (; j < n[i]; ++j) p[j] = p[j] / l[i];
-  }
-  // D = chain of p dp; ds = (p (dp - D)) scale.
-  Chains<QB>(n, D, [&](float acc, int i, int64_t j) { return ref::fma_f32(pt[i * T + j], dst[i * T + j], acc); });
-  for (int i = 0; i < QB; ++i) {
-    const float* p = pt + i * T;
-    float* ds = dst + i * T;
-    const auto D_v = hn::Set(d, D[i]), scale_v = hn::Set(d, scale);
-    int64_t j = 0;
-    for (; j + N <= n[i]; j += N)
-      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, ds + j), D_v)), scale_v), d, ds + j);
-    for (; j < n[i]; ++j) ds[j] = (p[j] * (ds[j] - D[i])) * scale;
-  }
-  // dq_t = chain over j of ds_tj k_j: the keys all QB queries reach together, then each one's own.
-  CombineAll<QB>(dst, T, k, kv_stride, 0, n[0], head_dim, true, dq + t0 * q_stride, q_stride);
-  for (int i = 1; i < QB; ++i)
-    CombineAll<1>(dst + i * T, T, k, kv_stride, n[0], n[i], head_dim, false, dq + (t0 + i) * q_stride, q_stride);
-}
-
-void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT k,
-                       const float* HWY_RESTRICT kt, const float* HWY_RESTRICT v, const float* HWY_RESTRICT vt,
-                       int64_t kv_stride, int64_t ldt, const float* HWY_RESTRICT dout, int64_t dout_stride,
-                       float* HWY_RESTRICT dq, float* HWY_RESTRICT dk, float* HWY_RESTRICT dv, int64_t dkv_stride,
-                       int64_t T, int32_t group, int32_t head_dim, float scale, float* HWY_RESTRICT scratch) {
-  (void)v;
-  float* P = scratch;
-  float* DS = scratch + static_cast<int64_t>(group) * T * T;
-  for (int32_t h = 0; h < group; ++h) {
-    const int64_t off = static_cast<int64_t>(h) * head_dim;
-    float* Ph = P + static_cast<int64_t>(h) * T * T;
-    float* DSh = DS + static_cast<int64_t>(h) * T * T;
-    // Blocks of six queries (six l and D chains interleaved; measured 1.15x faster than three),
-    // then three, then one.
-    int64_t t0 = 0;
-    for (; t0 + 6 <= T; t0 += 6)
-      QueryBlock<6>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
-    for (; t0 + 3 <= T; t0 += 3)
-      QueryBlock<3>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
-    for (; t0 < T; ++t0)
-      QueryBlock<1>(q + off, q_stride, k, kt, vt, kv_stride, ldt, dout + off, dout_stride, dq + off, T, t0, head_dim, scale, Ph, DSh);
-  }
-  KeyGrads(DS, T, group, q, q_stride, head_dim, dk, dkv_stride);
-  KeyGrads(P, T, group, dout, dout_stride, head_dim, dv, dkv_stride);
-}
-
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
-  k.attention_backward = &AttentionBackward;
 }
 
 #else
@@ -455,17 +300,6 @@ void Attention(const float* q, const float* kt, int64_t ldk, const float* v, int
   for (int32_t dd = 0; dd < head_dim; ++dd) out[dd] = out[dd] / l;
 }
 
-void AttentionBackward(const float* q, int64_t q_stride, const float* k, const float* kt, const float* v,
-                       const float* vt, int64_t kv_stride, int64_t ldt, const float* dout, int64_t dout_stride,
-                       float* dq, float* dk, float* dv, int64_t dkv_stride, int64_t T, int32_t group,
-                       int32_t head_dim, float scale, float* scratch) {
-  (void)kt;
-  (void)vt;
-  (void)ldt;
-  ref::attention_backward<float>(q, q_stride, k, v, kv_stride, dout, dout_stride, dq, dk, dv, dkv_stride, T, group,
-                                 head_dim, scale, scratch);
-}
-
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
                       const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
                       float* scratch) {
@@ -476,7 +310,6 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
-  k.attention_backward = &AttentionBackward;
 }
 
 #endif
