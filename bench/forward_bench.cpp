@@ -97,50 +97,59 @@ BENCHMARK(BM_Matmul)->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256,
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatmulAt)->Args({256, 2048, 768})->Args({768, 2048, 256})->Unit(benchmark::kMillisecond);
 
-// One (row, head) of causal attention as training runs it: T = 256 positions, head_dim 32, one
-// query head per key/value head; rows of q, k, v, dout and the gradients `stride` floats apart
-// (training's fused qkv rows: 768 for s256) and kt, vt rows `ldt` apart. Forward: blocks of three
-// queries (attention_queries); backward: attention_backward. flops: 2 per multiply-add over the
-// t + 1 keys of each query, of two products forward (QK^T, PV) and five backward (QK^T again,
-// dP = dO V^T, dQ, dK, dV).
-void attention_bench(benchmark::State& state, bool backward) {
-  const int64_t T = 256, stride = state.range(0), ldt = state.range(1);
+// One layer of causal attention as training runs it for s256: 8 rows of T = 256 positions, 8
+// heads of head_dim 32; q, k and v in training's per-head rows ([row][head][T][head_dim]), dout
+// and the gradients in its fused row layouts, so that each (row, head) reads from L3 as in a
+// training step. Modes: 0, the forward as three queries at a time (attention_queries over
+// transposed keys, as inference's prefill runs it: the yardstick); 1, training's forward
+// (attention_sequence); 2, the backward (attention_backward). flops: 2 per multiply-add over
+// the t + 1 keys of each query, of two products forward (QK^T, PV) and five backward (QK^T
+// again, dP = dO V^T, dQ, dK, dV).
+void BM_Attention(benchmark::State& state) {
+  const int64_t rows = 8, T = 256, heads = 8, mode = state.range(0);
   const int32_t hd = 32;
+  const int64_t qd = heads * hd, R = rows * T, qkv_ld = 3 * qd;
   const simd::Kernels& k = simd::best_kernels();
-  const auto q = random_vector(T * stride, 1), kk = random_vector(T * stride, 2), v = random_vector(T * stride, 3);
-  const auto dout = random_vector(T * stride, 4);
-  std::vector<float> kt(static_cast<size_t>(hd * ldt)), vt(kt.size()), out(q.size()), dq(q.size()), dk(q.size()),
-      dv(q.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int32_t e = 0; e < hd; ++e) {
-      kt[static_cast<size_t>(e * ldt + t)] = kk[static_cast<size_t>(t * stride + e)];
-      vt[static_cast<size_t>(e * ldt + t)] = v[static_cast<size_t>(t * stride + e)];
-    }
-  std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(k.attention_backward_scratch(T, 1, hd), 3 * T)));
+  const auto q = random_vector(R * qd, 1), kk = random_vector(R * qd, 2), v = random_vector(R * qd, 3);
+  const auto dout = random_vector(R * qd, 4);
+  std::vector<float> kt(static_cast<size_t>(R * qd)), out(static_cast<size_t>(R * qd)),
+      dqkv(static_cast<size_t>(R * qkv_ld));
+  for (int64_t u = 0; u < rows * heads; ++u)  // kt [row][head][hd][T]
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < hd; ++e)
+        kt[static_cast<size_t>((u * hd + e) * T + t)] = kk[static_cast<size_t>((u * T + t) * hd + e)];
+  std::vector<float> scratch(static_cast<size_t>(std::max(
+      {k.attention_backward_scratch(T, 1, hd), k.attention_sequence_scratch(T, hd), int64_t{3} * T})));
   const float scale = 0.17677669f;
   for (auto _ : state) {
-    if (backward) {
-      k.attention_backward(q.data(), stride, kk.data(), kt.data(), v.data(), vt.data(), stride, ldt, dout.data(), stride,
-                           dq.data(), dk.data(), dv.data(), stride, T, 1, hd, scale, scratch.data());
-    } else {
-      for (int64_t t = 0; t < T; t += 3) {
-        const int64_t keys[3] = {t + 1, t + 2, t + 3};
-        const int count = static_cast<int>(std::min<int64_t>(3, T - t));
-        k.attention_queries(q.data() + t * stride, stride, keys, count, kt.data(), ldt, v.data(), stride, hd, scale,
-                            out.data() + t * stride, stride, scratch.data());
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t u = b * heads + h;
+        const float *qh = q.data() + u * T * hd, *kh = kk.data() + u * T * hd, *vh = v.data() + u * T * hd;
+        float* o = out.data() + b * T * qd + h * hd;
+        if (mode == 2) {
+          float* dq = dqkv.data() + b * T * qkv_ld + h * hd;
+          k.attention_backward(qh, hd, kh, vh, hd, dout.data() + b * T * qd + h * hd, qd, dq, qkv_ld, dq + qd,
+                               dq + 2 * qd, qkv_ld, T, 1, hd, scale, scratch.data());
+        } else if (mode == 1) {
+          k.attention_sequence(qh, hd, kh, vh, hd, T, 1, hd, scale, o, qd, scratch.data());
+        } else {
+          for (int64_t t = 0; t < T; t += 3) {
+            const int64_t keys[3] = {t + 1, t + 2, t + 3};
+            const int count = static_cast<int>(std::min<int64_t>(3, T - t));
+            k.attention_queries(qh + t * hd, hd, keys, count, kt.data() + u * hd * T, T, vh, hd, hd, scale, o + t * qd,
+                                qd, scratch.data());
+          }
+        }
       }
-    }
     benchmark::DoNotOptimize(out.data());
-    benchmark::DoNotOptimize(dv.data());
+    benchmark::DoNotOptimize(dqkv.data());
   }
-  const double products = static_cast<double>(hd) * T * (T + 1) / 2;  // multiply-adds of one QK^T
+  const double products = static_cast<double>(rows * heads) * hd * T * (T + 1) / 2;  // multiply-adds of QK^T
   state.counters["flops"] =
-      benchmark::Counter(2.0 * products * (backward ? 5 : 2), benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(2.0 * products * (mode == 2 ? 5 : 2), benchmark::Counter::kIsIterationInvariantRate);
 }
-void BM_AttentionForward(benchmark::State& state) { attention_bench(state, false); }
-void BM_AttentionBackward(benchmark::State& state) { attention_bench(state, true); }
-BENCHMARK(BM_AttentionForward)->Args({768, 256})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_AttentionBackward)->Args({768, 256})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // Initial weights per shape, made once per process (l768's take seconds to draw).
 const std::vector<float>& shape_parameters(int which) {

@@ -104,10 +104,11 @@ def main():
         if peak1 and one:
             flops = 3 * forward_flops_per_token("s256")
             print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)")
-        for label, name in (("forward", "BM_AttentionForward/768/256"), ("backward", "BM_AttentionBackward/768/256")):
+        for label, name in (("forward, 3 queries at a time (inference's prefill)", "BM_Attention/0"),
+                            ("forward (training)", "BM_Attention/1"), ("backward", "BM_Attention/2")):
             gf = rate(trn.get(name), "flops")
             if gf and peak1:
-                print(f"  attention {label} kernel (T 256, head_dim 32), 1 thread: {gf / 1e9:.1f} GFLOP/s "
+                print(f"  attention {label}, one s256 layer (8 rows x 8 heads, T 256), 1 thread: {gf / 1e9:.1f} GFLOP/s "
                       f"({100 * gf / peak1:.1f}% of the FMA peak)")
 
 

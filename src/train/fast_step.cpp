@@ -34,6 +34,11 @@ void reshape(PackedMatrix& m, int64_t K, int64_t N) {
   m.panels = (N + m.panel - 1) / m.panel;
 }
 
+// dst[i] = src[i], i < n (a few dozen floats: no call).
+void copy_floats(const float* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
 }  // namespace
 
 struct FastStep::Workspace {
@@ -42,17 +47,19 @@ struct FastStep::Workspace {
     PackedMatrix qkv_t, wo_t, gu_t, down_t;  // backward: W^T
   };
   struct Cache {
-    AlignedFloats x_in, xn1, inv1, qkv, kt, vt, att, x_mid, xn2, inv2, gu, h;
+    // q [rows][kv heads][L][group * hd], k and v [rows][kv heads][L][hd]: each head group's rows
+    // contiguous, as the attention kernels read them.
+    AlignedFloats x_in, xn1, inv1, q, k, v, att, x_mid, xn2, inv2, gu, h;
   };
   int64_t rows = 0;
   std::vector<Layer> layers;
   PackedMatrix head, head_t;
   std::vector<Cache> cache;
   AlignedFloats x, xnf, invf, logits, losses;
-  AlignedFloats dx, dbranch, dxn, dwide, dh, dy_round, wtemp, scores, attn_scratch;
+  AlignedFloats dx, dbranch, dxn, dwide, dh, dy_round, wtemp, attn_scratch;
   AlignedFloats at_scratch;  // per worker: at_floats each, for matmul_at
   int64_t at_floats = 0;
-  int64_t attn_floats = 0;  // per worker, for attention_backward
+  int64_t attn_floats = 0;  // per worker, for attention_sequence and attention_backward
   PackedMatrix dy_packed;
   int threads = 0;
 };
@@ -104,9 +111,9 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       a.x_in = aligned_floats(sz(R * d));
       a.xn1 = aligned_floats(sz(R * d));
       a.inv1 = aligned_floats(sz(R));
-      a.qkv = aligned_floats(sz(R * qkv_ld));
-      a.kt = aligned_floats(sz(R * kv));
-      a.vt = aligned_floats(sz(R * kv));
+      a.q = aligned_floats(sz(R * qd));
+      a.k = aligned_floats(sz(R * kv));
+      a.v = aligned_floats(sz(R * kv));
       a.att = aligned_floats(sz(R * qd));
       a.x_mid = aligned_floats(sz(R * d));
       a.xn2 = aligned_floats(sz(R * d));
@@ -129,8 +136,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     ws.at_scratch = aligned_floats(sz(nt * ws.at_floats));
     ws.dy_round = aligned_floats(sz(R * wide));
     ws.wtemp = aligned_floats(sz(d * wide));
-    ws.scores = aligned_floats(sz(nt * 3 * L));
-    ws.attn_floats = k.attention_backward_scratch(L, group, static_cast<int32_t>(hd));
+    ws.attn_floats = std::max(k.attention_sequence_scratch(L, static_cast<int32_t>(hd)),
+                              k.attention_backward_scratch(L, group, static_cast<int32_t>(hd)));
     ws.attn_scratch = aligned_floats(sz(nt * ws.attn_floats));
     ws.dy_packed = simd::allocate_packed(k, R, wide);
   }
@@ -188,7 +195,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     barrier.wait();
 
     // ---- forward ----
-    float* scores = ws.scores.get() + static_cast<int64_t>(w) * 3 * L;
+    float* attn_scratch = ws.attn_scratch.get() + static_cast<int64_t>(w) * ws.attn_floats;
     for (int32_t l = 0; l < c.n_layers; ++l) {
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
@@ -197,38 +204,32 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       k.rmsnorm_rows(x + r0 * d, p + lw.attn_norm, a.xn1.get() + r0 * d, a.inv1.get() + r0, r1 - r0, d, eps);
       if (bf16) k.round_bf16(a.xn1.get() + r0 * d, a.xn1.get() + r0 * d, (r1 - r0) * d);
       barrier.wait();
-      matmul_part(k, a.xn1.get(), d, R, pl.qkv, a.qkv.get(), qkv_ld, w, n);
+      matmul_part(k, a.xn1.get(), d, R, pl.qkv, ws.dwide.get(), qkv_ld, w, n);  // [R, qd + 2 kv]
       barrier.wait();
-      // RoPE; keys and values transposed per (row, kv head): kt[b][e][t] for e in [0, kv).
+      // RoPE, then q, k and v into their per-head-group rows.
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t b = r / L, t = r % L;
-        float* row = a.qkv.get() + r * qkv_ld;
+        float* row = ws.dwide.get() + r * qkv_ld;
         k.rope(row, c.n_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half, rope.sin.data() + t * half);
         k.rope(row + qd, c.n_kv_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half, rope.sin.data() + t * half);
-        for (int64_t e = 0; e < kv; ++e) {
-          a.kt[sz((b * kv + e) * L + t)] = row[qd + e];
-          a.vt[sz((b * kv + e) * L + t)] = row[qd + kv + e];
+        for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+          const int64_t at = (b * c.n_kv_heads + g) * L + t;
+          copy_floats(row + g * group * hd, group * hd, a.q.get() + at * group * hd);
+          copy_floats(row + qd + g * hd, hd, a.k.get() + at * hd);
+          copy_floats(row + qd + kv + g * hd, hd, a.v.get() + at * hd);
         }
       }
       barrier.wait();
+      // Attention by (row, key/value head): equal items.
       {
-        // Items of three consecutive positions of one row and one head (attention_queries shares
-        // their key and value loads); equal cost per item up to the causal growth.
-        const int64_t blocks = (L + 2) / 3;
-        const auto [u0, u1] = static_range(rows * blocks * c.n_heads, w, n);
+        const auto [u0, u1] = static_range(rows * c.n_kv_heads, w, n);
         for (int64_t u = u0; u < u1; ++u) {
-          const int64_t b = u / (blocks * c.n_heads), rest = u % (blocks * c.n_heads);
-          const int64_t t = (rest / c.n_heads) * 3;
-          const int32_t h = static_cast<int32_t>(rest % c.n_heads);
-          const int64_t g = h / group, r = b * L + t;
-          const int32_t count = static_cast<int32_t>(std::min<int64_t>(3, L - t));
-          const int64_t keys[3] = {t + 1, t + 2, t + 3};
-          float* out = a.att.get() + r * qd + h * hd;
-          k.attention_queries(a.qkv.get() + r * qkv_ld + h * hd, qkv_ld, keys, count, a.kt.get() + (b * kv + g * hd) * L, L,
-                              a.qkv.get() + (b * L) * qkv_ld + qd + kv + g * hd, qkv_ld, static_cast<int32_t>(hd), scale,
-                              out, qd, scores);
+          const int64_t b = u / c.n_kv_heads, g = u % c.n_kv_heads;
+          float* out = a.att.get() + b * L * qd + g * group * hd;
+          k.attention_sequence(a.q.get() + u * L * group * hd, group * hd, a.k.get() + u * L * hd, a.v.get() + u * L * hd,
+                               hd, L, group, static_cast<int32_t>(hd), scale, out, qd, attn_scratch);
           if (bf16)
-            for (int32_t i = 0; i < count; ++i) k.round_bf16(out + i * qd, out + i * qd, hd);
+            for (int64_t t = 0; t < L; ++t) k.round_bf16(out + t * qd, out + t * qd, group * hd);
         }
       }
       barrier.wait();
@@ -326,7 +327,6 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     input_grad(dlogits, V, ws.head_t, ws.dxn.get(), d);
     norm_backward(x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), grad + reg.final_norm(), false);
 
-    float* attn_scratch = ws.attn_scratch.get() + static_cast<int64_t>(w) * ws.attn_floats;
     for (int32_t l = c.n_layers - 1; l >= 0; --l) {
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
@@ -352,10 +352,9 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         for (int64_t task = t0; task < t1; ++task) {
           const int64_t b = task / c.n_kv_heads, g = task % c.n_kv_heads;
           const int64_t row0 = b * L, qo = g * group * hd, ko = g * hd;
-          const float* base = a.qkv.get() + row0 * qkv_ld;
-          k.attention_backward(base + qo, qkv_ld, base + qd + ko, a.kt.get() + (b * kv + ko) * L, base + qd + kv + ko,
-                               a.vt.get() + (b * kv + ko) * L, qkv_ld, L, ws.dh.get() + row0 * qd + qo, qd,
-                               dqkv + row0 * qkv_ld + qo, dqkv + row0 * qkv_ld + qd + ko,
+          k.attention_backward(a.q.get() + task * L * group * hd, group * hd, a.k.get() + task * L * hd,
+                               a.v.get() + task * L * hd, hd, ws.dh.get() + row0 * qd + qo, qd,
+                               dqkv + row0 * qkv_ld + qo, qkv_ld, dqkv + row0 * qkv_ld + qd + ko,
                                dqkv + row0 * qkv_ld + qd + kv + ko, qkv_ld, L, group, static_cast<int32_t>(hd), scale,
                                attn_scratch);
         }

@@ -179,7 +179,7 @@ T reference_loss_and_gradient(const ModelConfig& c, const RopeTables<T>& rope, c
       for (int32_t g = 0; g < c.n_kv_heads; ++g) {
         const int64_t qo = static_cast<int64_t>(g) * group * hd, ko = static_cast<int64_t>(g) * hd;
         ref::attention_backward(a.q.data() + r0 * qd + qo, qd, a.k.data() + r0 * kv + ko, a.v.data() + r0 * kv + ko, kv,
-                                datt.data() + r0 * qd + qo, qd, dq.data() + r0 * qd + qo, dk.data() + r0 * kv + ko,
+                                datt.data() + r0 * qd + qo, qd, dq.data() + r0 * qd + qo, qd, dk.data() + r0 * kv + ko,
                                 dv.data() + r0 * kv + ko, kv, L, group, static_cast<int32_t>(hd), scale,
                                 attn_scratch.data());
       }

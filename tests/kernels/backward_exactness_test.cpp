@@ -93,24 +93,22 @@ TEST(BackwardKernels, AttentionEqualsReference) {
     for (int T : {1, 2, 5, 8, 9, 17, 23, 24, 25, 33, 49, 70, 130}) {
       for (int hd : {2, 6, 8, 16, 20, 32}) {
         for (int group : {1, 3}) {
-          const int64_t q_stride = group * hd + 2, kv_stride = hd + 1, ldt = T + (hd % 4 ? 3 : 9);  // rows past T: read, unused
+          // Contiguous rows for even T (training's per-head-group layout), strided for odd T; the
+          // gradients in a layout of their own.
+          const int64_t q_stride = group * hd + (T % 2 ? 2 : 0), kv_stride = hd + (T % 2);
+          const int64_t dout_stride = group * hd + 1, dq_stride = group * hd + 3, dkv_stride = hd + 2;
           const auto q = test::random_floats(T * q_stride, seed++), kk = test::random_floats(T * kv_stride, seed++);
-          const auto v = test::random_floats(T * kv_stride, seed++), dout = test::random_floats(T * q_stride, seed++);
-          std::vector<float> kt(static_cast<size_t>(hd * ldt)), vt(kt.size());
-          for (int j = 0; j < T; ++j)
-            for (int d = 0; d < hd; ++d) {
-              kt[static_cast<size_t>(d * ldt + j)] = kk[static_cast<size_t>(j * kv_stride + d)];
-              vt[static_cast<size_t>(d * ldt + j)] = v[static_cast<size_t>(j * kv_stride + d)];
-            }
+          const auto v = test::random_floats(T * kv_stride, seed++), dout = test::random_floats(T * dout_stride, seed++);
           const float scale = ref::attention_scale<float>(hd);
           std::vector<float> scratch(static_cast<size_t>(2 * group * T * T));
           std::vector<float> fast_scratch(static_cast<size_t>(k->attention_backward_scratch(T, group, hd)));
-          std::vector<float> dq_ref(q.size(), 0.0f), dk_ref(kk.size(), 0.0f), dv_ref(v.size(), 0.0f);
-          ref::attention_backward(q.data(), q_stride, kk.data(), v.data(), kv_stride, dout.data(), q_stride, dq_ref.data(),
-                                  dk_ref.data(), dv_ref.data(), kv_stride, T, group, hd, scale, scratch.data());
-          std::vector<float> dq(q.size(), 0.0f), dk(kk.size(), 0.0f), dv(v.size(), 0.0f);
-          k->attention_backward(q.data(), q_stride, kk.data(), kt.data(), v.data(), vt.data(), kv_stride, ldt, dout.data(),
-                                q_stride, dq.data(), dk.data(), dv.data(), kv_stride, T, group, hd, scale, fast_scratch.data());
+          std::vector<float> dq_ref(static_cast<size_t>(T * dq_stride), 0.0f), dk_ref(static_cast<size_t>(T * dkv_stride), 0.0f);
+          std::vector<float> dv_ref(dk_ref.size(), 0.0f);
+          ref::attention_backward(q.data(), q_stride, kk.data(), v.data(), kv_stride, dout.data(), dout_stride, dq_ref.data(),
+                                  dq_stride, dk_ref.data(), dv_ref.data(), dkv_stride, T, group, hd, scale, scratch.data());
+          std::vector<float> dq(dq_ref.size(), 0.0f), dk(dk_ref.size(), 0.0f), dv(dv_ref.size(), 0.0f);
+          k->attention_backward(q.data(), q_stride, kk.data(), v.data(), kv_stride, dout.data(), dout_stride, dq.data(),
+                                dq_stride, dk.data(), dv.data(), dkv_stride, T, group, hd, scale, fast_scratch.data());
           const std::string what = std::string(k->name) + " T=" + std::to_string(T) + " hd=" + std::to_string(hd) +
                                    " group=" + std::to_string(group);
           EXPECT_TRUE(same(dq, dq_ref)) << what << " dq";

@@ -270,6 +270,36 @@ TEST(Attention, SeveralQueriesAtOnceEqualOneAtATime) {
   }
 }
 
+// Training's forward: every position of a sequence at once, for a key/value head and its group
+// of query heads, with rows in strided layouts (around the query block of 3 vectors and the
+// 128-key chunks).
+TEST(Attention, WholeSequenceEqualsReferenceAtEveryPosition) {
+  uint64_t seed = 900;
+  for (const Kernels* k : targets()) {
+    for (int T : {1, 2, 5, 8, 9, 23, 24, 25, 33, 49, 70, 130}) {
+      for (int hd : {2, 6, 8, 16, 20, 32, 40}) {
+        for (int group : {1, 3}) {
+          const int64_t q_stride = group * hd + (T % 2 ? 2 : 0), kv_stride = hd + (T % 2), out_stride = group * hd + 1;
+          const auto q = test::random_floats(T * q_stride, seed++), keys = test::random_floats(T * kv_stride, seed++);
+          const auto values = test::random_floats(T * kv_stride, seed++);
+          const float scale = ref::attention_scale<float>(hd);
+          std::vector<float> want(static_cast<size_t>(T * out_stride), 0.0f), got(want.size(), 0.0f);
+          std::vector<float> scores(static_cast<size_t>(T));
+          for (int t = 0; t < T; ++t)
+            for (int h = 0; h < group; ++h)
+              ref::attention(q.data() + t * q_stride + h * hd, keys.data(), values.data(), kv_stride, t + 1, hd, scale,
+                             want.data() + t * out_stride + h * hd, scores.data());
+          std::vector<float> scratch(static_cast<size_t>(k->attention_sequence_scratch(T, hd)));
+          k->attention_sequence(q.data(), q_stride, keys.data(), values.data(), kv_stride, T, group, hd, scale,
+                                got.data(), out_stride, scratch.data());
+          expect_same(got, want, std::string(k->name) + " attention_sequence T=" + std::to_string(T) +
+                                     " hd=" + std::to_string(hd) + " group=" + std::to_string(group));
+        }
+      }
+    }
+  }
+}
+
 TEST(Elementwise, SwigluAddAndBf16EqualReference) {
   uint64_t seed = 900;
   for (const Kernels* k : targets()) {

@@ -102,7 +102,7 @@ TEST(GradientCheck, Attention) {
   auto q = normals(T * group * hd, 10), k = normals(T * hd, 11), v = normals(T * hd, 12);
   const auto c = normals(T * group * hd, 13);
   std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), scratch(static_cast<size_t>(2 * group * T * T));
-  ref::attention_backward(q.data(), group * hd, k.data(), v.data(), hd, c.data(), group * hd, dq.data(), dk.data(),
+  ref::attention_backward(q.data(), group * hd, k.data(), v.data(), hd, c.data(), group * hd, dq.data(), group * hd, dk.data(),
                           dv.data(), hd, T, group, hd, scale, scratch.data());
   auto f = [&] {
     std::vector<double> out(q.size()), scores(static_cast<size_t>(T));

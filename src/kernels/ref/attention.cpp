@@ -32,7 +32,7 @@ void attention(const T* q, const T* k, const T* v, int64_t stride, int64_t n, in
 
 template <typename T>
 void attention_backward(const T* q, int64_t q_stride, const T* k, const T* v, int64_t kv_stride,
-                        const T* dout, int64_t dout_stride, T* dq, T* dk, T* dv, int64_t dkv_stride,
+                        const T* dout, int64_t dout_stride, T* dq, int64_t dq_stride, T* dk, T* dv, int64_t dkv_stride,
                         int64_t T_len, int32_t group, int32_t head_dim, T scale, T* scratch) {
   // p [group, T, T] and ds [group, T, T] (row t, column j <= t).
   T* p = scratch;
@@ -67,7 +67,7 @@ void attention_backward(const T* q, int64_t q_stride, const T* k, const T* v, in
       }
       for (int64_t j = 0; j <= t; ++j) dst[j] = (pt[j] * (dst[j] - D)) * scale;
       // dq_t = sum over j of ds_tj k_j
-      T* dqt = dq + t * q_stride + static_cast<int64_t>(h) * head_dim;
+      T* dqt = dq + t * dq_stride + static_cast<int64_t>(h) * head_dim;
       for (int32_t d = 0; d < head_dim; ++d) {
         T acc = 0;
         for (int64_t j = 0; j <= t; ++j) acc = std::fma(dst[j], k[j * kv_stride + d], acc);
@@ -97,9 +97,9 @@ template double attention_scale<double>(int32_t);
 template void attention<float>(const float*, const float*, const float*, int64_t, int64_t, int32_t, float, float*, float*);
 template void attention<double>(const double*, const double*, const double*, int64_t, int64_t, int32_t, double, double*, double*);
 template void attention_backward<float>(const float*, int64_t, const float*, const float*, int64_t, const float*,
-                                        int64_t, float*, float*, float*, int64_t, int64_t, int32_t, int32_t, float, float*);
+                                        int64_t, float*, int64_t, float*, float*, int64_t, int64_t, int32_t, int32_t, float, float*);
 template void attention_backward<double>(const double*, int64_t, const double*, const double*, int64_t,
-                                         const double*, int64_t, double*, double*, double*, int64_t, int64_t,
+                                         const double*, int64_t, double*, int64_t, double*, double*, int64_t, int64_t,
                                          int32_t, int32_t, double, double*);
 
 }  // namespace lockstep::ref

@@ -103,8 +103,8 @@ void rope_backward(T* dv, int32_t n_heads, int32_t head_dim, const T* cos_row, c
 
 // Causal attention backward for one sequence of T positions and one key/value head serving
 // `group` query heads. q [T, group, head_dim] (after RoPE), k and v [T, head_dim], dout
-// [T, group, head_dim] with row strides as given. Writes dq [T, group, head_dim], dk and dv
-// [T, head_dim] (overwritten). With p_tj = exp(s_tj - m_t) / l_t recomputed as the forward:
+// [T, group, head_dim] with row strides as given. Writes dq [T, group, head_dim] (rows
+// dq_stride apart), dk and dv [T, head_dim] (rows dkv_stride apart; all overwritten). With p_tj = exp(s_tj - m_t) / l_t recomputed as the forward:
 //   dp_tj = fma chain over d of dout_t[d] * v_j[d]
 //   D_t = fma chain over j <= t of p_tj * dp_tj
 //   ds_tj = (p_tj * (dp_tj - D_t)) * scale
@@ -114,7 +114,7 @@ void rope_backward(T* dv, int32_t n_heads, int32_t head_dim, const T* cos_row, c
 // `scratch` holds 2 * group * T * T values.
 template <typename T>
 void attention_backward(const T* q, int64_t q_stride, const T* k, const T* v, int64_t kv_stride,
-                        const T* dout, int64_t dout_stride, T* dq, T* dk, T* dv, int64_t dkv_stride,
+                        const T* dout, int64_t dout_stride, T* dq, int64_t dq_stride, T* dk, T* dv, int64_t dkv_stride,
                         int64_t T_len, int32_t group, int32_t head_dim, T scale, T* scratch);
 
 // SwiGLU backward: with e = exp(-g), s = 1 / (1 + e), silu = g / (1 + e):

@@ -11,6 +11,7 @@
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
+#include "kernels/simd/attention-inl.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/math-inl.hpp"
 
@@ -99,8 +100,9 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   }
 }
 
-// Vectors per tile for QB queries: QB * U accumulators, at most 12 of the 16 AVX2 registers.
-constexpr int TileVectors(int QB) { return QB <= 3 ? 4 : 2; }
+// Vectors per score tile for QB <= 3 queries: QB * 4 accumulators, at most 12 of the 16 AVX2
+// registers.
+constexpr int kTileVectors = 4;
 
 // Scores of QB queries at once over U vectors of keys: acc[i][u] lanes j0 + u N + lane, each a
 // chain over d of q_i[d] * kt[d, j] as Scores computes it; the keys' loads are shared.
@@ -127,7 +129,7 @@ HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const
 }
 
 // scores_i[j] (row i at scores + i * ld_scores) = (q_i . k_j) * scale for j < n[i], QB queries
-// with n ascending, each dot the chain ScoresMulti computes: tiles of TileVectors(QB) vectors of
+// with n ascending, each dot the chain ScoresMulti computes: tiles of kTileVectors vectors of
 // keys, then single vectors, then the last partial vector whole through a buffer when kt's rows (ldk
 // floats) hold it (a scalar tail otherwise). Scores of keys at or past a query's own n, up to
 // n[QB - 1], may be written; the caller ignores them.
@@ -139,7 +141,7 @@ HWY_INLINE void AllScores(const float* HWY_RESTRICT q, int64_t q_stride, const i
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n_max = n[QB - 1];
   int64_t j = 0;
-  constexpr int U = TileVectors(QB);
+  constexpr int U = kTileVectors;
   for (; j + U * N <= n_max; j += U * N) ScoresMulti<QB, U>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
   for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
   if (j < n_max && j + N <= ldk) {
@@ -156,50 +158,6 @@ HWY_INLINE void AllScores(const float* HWY_RESTRICT q, int64_t q_stride, const i
       float dot = 0.0f;
       for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(qi[dd], kt[static_cast<int64_t>(dd) * ldk + jj], dot);
       scores[i * ld_scores + jj] = dot * scale_s;
-    }
-  }
-}
-
-// out_i[d0 .. d0 + U N) += chain over j in [j_begin, j_end) of e_i[j] * v_j[d], for QB queries
-// sharing the values' loads; the running sums live in out (exact round trips).
-template <int QB, int U>
-HWY_INLINE void CombineMulti(const float* HWY_RESTRICT e, int64_t ld_e, const float* HWY_RESTRICT v, int64_t ldv,
-                             int64_t j_begin, int64_t j_end, int32_t d0, bool first, float* out, int64_t out_stride) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[QB][U];
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = first ? hn::Zero(d) : hn::LoadU(d, out + i * out_stride + d0 + u * N);
-  for (int64_t j = j_begin; j < j_end; ++j) {
-    const float* row = v + j * ldv + d0;
-    hn::Vec<DF> vv[U];
-    for (int u = 0; u < U; ++u) vv[u] = hn::LoadU(d, row + u * N);
-    for (int i = 0; i < QB; ++i) {
-      const auto ej = hn::Set(d, e[i * ld_e + j]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(ej, vv[u], acc[i][u]);
-    }
-  }
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + i * out_stride + d0 + u * N);
-}
-
-// out_i[d] += chain over j in [j_begin, j_end) of e_i[j] * v_j[d] for the QB queries, every d.
-template <int QB>
-HWY_INLINE void CombineAll(const float* e, int64_t ld_e, const float* v, int64_t ldv, int64_t j_begin, int64_t j_end,
-                           int32_t head_dim, bool first, float* out, int64_t out_stride) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  int32_t d0 = 0;
-  constexpr int U = TileVectors(QB);
-  for (; d0 + U * N <= head_dim; d0 += static_cast<int32_t>(U * N))
-    CombineMulti<QB, U>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
-  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
-    CombineMulti<QB, 1>(e, ld_e, v, ldv, j_begin, j_end, d0, first, out, out_stride);
-  for (; d0 < head_dim; ++d0) {
-    for (int i = 0; i < QB; ++i) {
-      float acc = first ? 0.0f : out[i * out_stride + d0];
-      for (int64_t j = j_begin; j < j_end; ++j) acc = ref::fma_f32(e[i * ld_e + j], v[j * ldv + d0], acc);
-      out[i * out_stride + d0] = acc;
     }
   }
 }
@@ -249,9 +207,9 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   }
   Chains<QB>(n, l, [&](float acc, int i, int64_t j) { return acc + scratch[i * ld + j]; });
   // Weighted sums: keys [0, n_min) for all queries at once, then each query's own tail.
-  CombineAll<QB>(scratch, ld, v, ldv, 0, n_min, head_dim, true, out, out_stride);
+  WeightedRows<QB>(scratch, ld, 1, v, ldv, 0, n_min, head_dim, true, out, out_stride);
   for (int i = 1; i < QB; ++i)
-    if (n[i] > n_min) CombineAll<1>(scratch + i * ld, ld, v, ldv, n_min, n[i], head_dim, false, out + i * out_stride, out_stride);
+    if (n[i] > n_min) WeightedRows<1>(scratch + i * ld, ld, 1, v, ldv, n_min, n[i], head_dim, false, out + i * out_stride, out_stride);
   for (int i = 0; i < QB; ++i) {
     float* o = out + i * out_stride;
     const auto l_v = hn::Set(d, l[i]);

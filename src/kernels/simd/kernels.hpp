@@ -111,14 +111,19 @@ struct Kernels {
   // ref::cross_entropy_backward; also returns the position's loss (ref::cross_entropy).
   float (*cross_entropy_backward)(const float* logits, int32_t vocab, int32_t target, float count,
                                   float* dz) = nullptr;
-  // ref::attention_backward for one sequence and one key/value head. Keys and values are also
-  // given transposed (kt, vt [head_dim, ldt], rows of ldt floats that may all be read) for
-  // targets that want lanes along j. scratch holds attention_backward_scratch(T, group,
-  // head_dim) floats.
-  void (*attention_backward)(const float* q, int64_t q_stride, const float* k, const float* kt,
-                             const float* v, const float* vt, int64_t kv_stride, int64_t ldt,
-                             const float* dout, int64_t dout_stride, float* dq, float* dk, float* dv,
-                             int64_t dkv_stride, int64_t T, int32_t group, int32_t head_dim, float scale,
+  // ref::attention at every position t of one sequence, for one key/value head and its `group`
+  // query heads: query t of head h (q + t * q_stride + h * head_dim) reads the keys and values
+  // of rows [0, t] (k and v, rows kv_stride apart); its output goes to out + t * out_stride +
+  // h * head_dim. scratch holds attention_sequence_scratch(T, head_dim) floats.
+  void (*attention_sequence)(const float* q, int64_t q_stride, const float* k, const float* v, int64_t kv_stride,
+                             int64_t T, int32_t group, int32_t head_dim, float scale, float* out,
+                             int64_t out_stride, float* scratch) = nullptr;
+  int64_t (*attention_sequence_scratch)(int64_t T, int32_t head_dim) = nullptr;
+  // ref::attention_backward for one sequence and one key/value head. scratch holds
+  // attention_backward_scratch(T, group, head_dim) floats.
+  void (*attention_backward)(const float* q, int64_t q_stride, const float* k, const float* v, int64_t kv_stride,
+                             const float* dout, int64_t dout_stride, float* dq, int64_t dq_stride, float* dk,
+                             float* dv, int64_t dkv_stride, int64_t T, int32_t group, int32_t head_dim, float scale,
                              float* scratch) = nullptr;
   int64_t (*attention_backward_scratch)(int64_t T, int32_t group, int32_t head_dim) = nullptr;
 };

@@ -23,7 +23,7 @@ void FillMatmul(Kernels& k);
 void FillNorm(Kernels& k);
 void FillRope(Kernels& k);
 void FillAttention(Kernels& k);
-void FillAttentionBackward(Kernels& k);
+void FillAttentionSequence(Kernels& k);
 void FillActivation(Kernels& k);
 void FillLoss(Kernels& k);
 
@@ -37,7 +37,7 @@ const Kernels* GetKernels() {
     FillNorm(k);
     FillRope(k);
     FillAttention(k);
-    FillAttentionBackward(k);
+    FillAttentionSequence(k);
     FillActivation(k);
     FillLoss(k);
     return k;

@@ -1,19 +1,18 @@
-// Causal attention backward (ref::attention_backward) with the queries of a block in lanes.
-// A block is kBlockVectors * N consecutive queries of one head (24 on AVX2). Its scores, dp, p
-// and ds are computed with query t in a lane and key j along a loop, so each query's chains over
-// j (the max, the softmax sum l, D) are lanes of vectors run in increasing j rather than scalar
-// chains, and P and dS land in key-major rows (row j holds the queries t >= j) that the key
-// gradients then read contiguously. Each output is still one chain in the reference's order;
-// lanes and threads split only independent outputs.
+// Causal attention over whole sequences, for training: the forward (ref::attention at every
+// position) and the backward (ref::attention_backward), with the queries of a block in lanes.
+// A block is kBlockVectors * N consecutive queries of one head (24 on AVX2). Its scores (and,
+// backward, dp, p and ds) are computed with query t in a lane and key j along a loop, so each
+// query's chains over j (the max, the softmax sum l, D) are lanes of vectors run in increasing j
+// rather than scalar chains, and the block's probabilities land in key-major rows (row j holds
+// the queries t >= j), which the key gradients read contiguously. Each output is still one chain
+// in the reference's order; lanes and threads split only independent outputs.
 //
-// Head by head, each head's dk and dv chains continuing the previous head's. scratch: pt and st
-// [T][ld] (one head's p, and dp then ds, of query t and key j at [j][t]; ld is T rounded up to
-// whole blocks plus one vector, so that rows do not all share L1 sets); the rows of k, v and the
-// head's q and dout packed [T][head_dim]; the block's queries and output gradients transposed,
-// [head_dim][block] each.
+// The rows of k, v (and of each head's q and dout) are first packed [T][head_dim]: rows of the
+// fused qkv layout lie a few KiB apart, which would put a chunk's rows into a few L1 sets.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/simd/attention_backward.cpp"
+#define HWY_TARGET_INCLUDE "kernels/simd/attention_sequence.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
+#include "kernels/simd/attention-inl.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/math-inl.hpp"
 
@@ -48,8 +48,17 @@ int64_t ScratchRow(int64_t T) {
   return (T + b - 1) / b * b + static_cast<int64_t>(hn::Lanes(DF()));
 }
 
-int64_t ScratchFloats(int64_t T, int32_t, int32_t head_dim) {
+// Backward: pt and st [T][ScratchRow(T)] (one head's p, and dp then ds, at [j][t]); k, v and
+// the head's q and dout packed [T][head_dim]; the block's queries and output gradients
+// transposed, [head_dim][block] each.
+int64_t BackwardScratch(int64_t T, int32_t, int32_t head_dim) {
   return 2 * T * ScratchRow(T) + 4 * T * head_dim + 2 * static_cast<int64_t>(head_dim) * BlockQueries();
+}
+
+// Forward: one block's e [T][block] and l [block]; k, v and the head's q packed [T][head_dim];
+// the block's queries transposed [head_dim][block].
+int64_t ForwardScratch(int64_t T, int32_t head_dim) {
+  return (T + 1) * BlockQueries() + 3 * T * head_dim + static_cast<int64_t>(head_dim) * BlockQueries();
 }
 
 // out[(j0 + i) * ld + lane of vector u] for keys j0 .. j0 + KB - 1 and the block's queries:
@@ -91,44 +100,61 @@ void KeyTiles(const float* xt, int64_t B, const float* rows, int64_t stride, int
 }
 
 // step(j, u, keep) for keys j in [0, n) in increasing order and each vector u of the block at
-// t0; keep(next, current) is `next` in the lanes whose query reaches key j (t >= j), and
-// `current` in the others. Keys up to t0 reach every lane.
+// t0 (queries [t0, n)) that holds a query reaching key j; keep(next, current) is `next` in the
+// lanes whose query reaches key j (t >= j) and `current` in the others. Keys up to t0 reach
+// every lane. Lanes no query reaches (t < j, or t >= n) are left as they are.
 template <class Step>
 HWY_INLINE void ForKeys(int64_t t0, int64_t n, const Step& step) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int vectors = static_cast<int>((n - t0 + N - 1) / N);
   const int64_t all = std::min(n, t0 + 1);
   const auto every = [](VF next, VF) { return next; };
   for (int64_t j = 0; j < all; ++j)
-    for (int u = 0; u < kBlockVectors; ++u) step(j, u, every);
+    for (int u = 0; u < vectors; ++u) step(j, u, every);
   for (int64_t j = all; j < n; ++j)
-    for (int u = 0; u < kBlockVectors; ++u) {
+    for (int u = static_cast<int>((j - t0) / N); u < vectors; ++u) {
       const auto reach = hn::Ge(hn::Iota(d, static_cast<float>(t0 + u * N)), hn::Set(d, static_cast<float>(j)));
       step(j, u, [reach](VF next, VF current) { return hn::IfThenElse(reach, next, current); });
     }
 }
 
-// The block's softmax and ds, in place over its columns of keys [0, n): pt holds the scores,
-// st dp. Per query, as the reference: m = max of s, e = exp(s - m), l = chain of e, p = e / l,
-// D = fma chain of p dp, ds = (p (dp - D)) scale.
-void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float scale) {
+// The forward's softmax over the block's columns of keys [0, n), in place: scores in, e out;
+// l of each query into l_out. Per query, as the reference: m = max of s, e = exp(s - m), l =
+// chain of e.
+void BlockExp(float* e, int64_t ld, int64_t t0, int64_t n, float* l_out) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF m[kBlockVectors], l[kBlockVectors], D[kBlockVectors];
+  VF m[kBlockVectors], l[kBlockVectors];
   for (int u = 0; u < kBlockVectors; ++u) {
     m[u] = hn::Set(d, -std::numeric_limits<float>::infinity());
     l[u] = hn::Zero(d);
-    D[u] = hn::Zero(d);
   }
   ForKeys(t0, n, [&](int64_t j, int u, auto keep) {
-    m[u] = keep(MaxSkipNaN(m[u], hn::LoadU(d, pt + j * ld + u * N)), m[u]);
+    m[u] = keep(MaxSkipNaN(m[u], hn::LoadU(d, e + j * ld + u * N)), m[u]);
   });
   ForKeys(t0, n, [&](int64_t j, int u, auto keep) {
-    float* at = pt + j * ld + u * N;
-    const VF e = Exp(d, hn::Sub(hn::LoadU(d, at), m[u]));
-    hn::StoreU(e, d, at);
-    l[u] = keep(hn::Add(l[u], e), l[u]);
+    float* at = e + j * ld + u * N;
+    const VF x = Exp(d, hn::Sub(hn::LoadU(d, at), m[u]));
+    hn::StoreU(x, d, at);
+    l[u] = keep(hn::Add(l[u], x), l[u]);
   });
+  for (int u = 0; u < kBlockVectors; ++u) hn::StoreU(l[u], d, l_out + u * N);
+}
+
+// The block's softmax and ds, in place over its columns of keys [0, n): pt holds the scores,
+// st dp. Per query, as the reference: BlockExp's e and l, then p = e / l, D = fma chain of
+// p dp, ds = (p (dp - D)) scale.
+void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float scale) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  HWY_ALIGN float l_lanes[kBlockVectors * HWY_MAX_BYTES / sizeof(float)];
+  BlockExp(pt, ld, t0, n, l_lanes);
+  VF l[kBlockVectors], D[kBlockVectors];
+  for (int u = 0; u < kBlockVectors; ++u) {
+    l[u] = hn::Load(d, l_lanes + u * N);
+    D[u] = hn::Zero(d);
+  }
   ForKeys(t0, n, [&](int64_t j, int u, auto keep) {
     float* at = pt + j * ld + u * N;
     const VF p = hn::Div(hn::LoadU(d, at), l[u]);
@@ -143,66 +169,30 @@ void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float
   });
 }
 
-// dq_{t+i}[d0 .. d0 + U N) += chain over keys j in [j_begin, j_end) of ds[t+i][j] * k_j[d] for
-// QB consecutive queries (ds at st[j * ld + i]); the keys' loads are shared, and the running sums
-// live in dq (exact round trips).
-template <int QB, int U>
-HWY_INLINE void QueryTile(const float* HWY_RESTRICT st, int64_t ld, const float* HWY_RESTRICT k, int64_t k_stride,
-                          int64_t j_begin, int64_t j_end, int32_t d0, bool first, float* HWY_RESTRICT dq,
-                          int64_t dq_stride) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF acc[QB][U];
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = first ? hn::Zero(d) : hn::LoadU(d, dq + i * dq_stride + d0 + u * N);
-  for (int64_t j = j_begin; j < j_end; ++j) {
-    VF kv[U];
-    for (int u = 0; u < U; ++u) kv[u] = hn::LoadU(d, k + j * k_stride + d0 + u * N);
-    for (int i = 0; i < QB; ++i) {
-      const VF ds = hn::Set(d, st[j * ld + i]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(ds, kv[u], acc[i][u]);
-    }
-  }
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, dq + i * dq_stride + d0 + u * N);
-}
-
-// QueryTile over every d.
-template <int QB>
-void QueryTiles(const float* st, int64_t ld, const float* k, int64_t k_stride, int64_t j_begin, int64_t j_end,
-                int32_t head_dim, bool first, float* dq, int64_t dq_stride) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  int32_t d0 = 0;
-  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N))
-    QueryTile<QB, 4>(st, ld, k, k_stride, j_begin, j_end, d0, first, dq, dq_stride);
-  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
-    QueryTile<QB, 1>(st, ld, k, k_stride, j_begin, j_end, d0, first, dq, dq_stride);
-  for (; d0 < head_dim; ++d0)
-    for (int i = 0; i < QB; ++i) {
-      float acc = first ? 0.0f : dq[i * dq_stride + d0];
-      for (int64_t j = j_begin; j < j_end; ++j) acc = ref::fma_f32(st[j * ld + i], k[j * k_stride + d0], acc);
-      dq[i * dq_stride + d0] = acc;
-    }
-}
-
-// dq of the block's queries [t0, n) (st points at column 0): in chunks of kChunk keys, so that
-// the chunk's rows of k stay in L1 while every query of the block passes over them, the keys
-// each triple of queries reaches together; then each one's own last keys after them.
-void QueryGrads(const float* st, int64_t ld, const float* k, int64_t k_stride, int64_t t0, int64_t n,
-                int32_t head_dim, float* dq, int64_t dq_stride) {
+// For the block's queries t in [t0, n): out_t[d] = chain over keys j <= t of w[t][j] * k_j[d]
+// (st: the block's column of query t0, w of key j and query t at st[j * ld + t - t0]): the
+// backward's dq (w = ds), and the forward's weighted sums of values before the division by l
+// (w = e, k = v). In chunks of kChunk keys, so that the chunk's rows of k stay in L1 while every
+// query of the block passes over them, the keys each triple of queries reaches together; then
+// each one's own last keys after them.
+void BlockWeightedRows(const float* st, int64_t ld, const float* k, int64_t k_stride, int64_t t0, int64_t n,
+                       int32_t head_dim, float* out, int64_t out_stride) {
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t c1 = std::min(n, c0 + kChunk);
     int64_t t = t0;
     for (; t + 3 <= n; t += 3)
       if (c0 <= t)
-        QueryTiles<3>(st + t, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0, dq + t * dq_stride, dq_stride);
+        WeightedRows<3>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
+                        out + t * out_stride, out_stride);
     for (; t < n; ++t)
       if (c0 <= t)
-        QueryTiles<1>(st + t, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0, dq + t * dq_stride, dq_stride);
+        WeightedRows<1>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
+                        out + t * out_stride, out_stride);
   }
   for (int64_t t = t0; t + 3 <= n; t += 3)
     for (int64_t i = 1; i < 3; ++i)
-      QueryTiles<1>(st + t + i, ld, k, k_stride, t + 1, t + i + 1, head_dim, false, dq + (t + i) * dq_stride, dq_stride);
+      WeightedRows<1>(st + (t + i - t0), 1, ld, k, k_stride, t + 1, t + i + 1, head_dim, false,
+                      out + (t + i) * out_stride, out_stride);
 }
 
 // out_j[d0 .. d0 + U N) for keys j0 .. j0 + KB - 1 continue their chains over queries t in
@@ -277,18 +267,27 @@ void KeyGrads(const float* w, int64_t ld, int64_t T, const float* y, int32_t hea
   }
 }
 
-// dst [T][head_dim] = the rows of x (row stride x_stride), contiguous: rows of the fused qkv
-// layout lie a few KiB apart, which would put a chunk's rows into a few L1 sets.
-void PackRows(const float* x, int64_t x_stride, int64_t T, int32_t head_dim, float* dst) {
+// The rows of x (row stride x_stride) as [T][head_dim]: x itself when they are contiguous, else
+// packed into dst. Strided rows lie kilobytes apart in training's batch (from L3), so each is
+// asked for kPrefetchRows rows ahead.
+constexpr int64_t kPrefetchRows = 32;
+const float* Rows(const float* x, int64_t x_stride, int64_t T, int32_t head_dim, float* dst) {
+  if (x_stride == head_dim) return x;
   const DF d;
   const int32_t N = static_cast<int32_t>(hn::Lanes(d));
   for (int64_t t = 0; t < T; ++t) {
     const float* src = x + t * x_stride;
     float* out = dst + t * head_dim;
+    if (t + kPrefetchRows < T) {
+      const float* ahead = src + kPrefetchRows * x_stride;
+      for (int32_t e = 0; e < head_dim; e += 16) hwy::Prefetch(ahead + e);  // 16 floats: a 64-byte line
+      hwy::Prefetch(ahead + head_dim - 1);
+    }
     int32_t e = 0;
     for (; e + N <= head_dim; e += N) hn::StoreU(hn::LoadU(d, src + e), d, out + e);
     for (; e < head_dim; ++e) out[e] = src[e];
   }
+  return dst;
 }
 
 // xt[e][i] = x_{t0+i}[e] for the block's `count` queries, zero past them.
@@ -300,14 +299,45 @@ void PackBlock(const float* x, int64_t x_stride, int64_t count, int32_t head_dim
   }
 }
 
+void AttentionSequence(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT k,
+                       const float* HWY_RESTRICT v, int64_t kv_stride, int64_t T, int32_t group, int32_t head_dim,
+                       float scale, float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t B = BlockQueries(), rows = T * head_dim;
+  float* e = scratch;
+  float* l = e + T * B;
+  float* kp = l + B;
+  float* vp = kp + rows;
+  float* qp = vp + rows;
+  float* qt = qp + rows;
+  const float* kr = Rows(k, kv_stride, T, head_dim, kp);
+  const float* vr = Rows(v, kv_stride, T, head_dim, vp);
+  for (int32_t h = 0; h < group; ++h) {
+    const int64_t off = static_cast<int64_t>(h) * head_dim;
+    const float* qr = Rows(q + off, q_stride, T, head_dim, qp);
+    for (int64_t t0 = 0; t0 < T; t0 += B) {
+      const int64_t count = std::min(B, T - t0), n = t0 + count;
+      PackBlock(qr + t0 * head_dim, head_dim, count, head_dim, B, qt);
+      KeyTiles(qt, B, kr, head_dim, n, head_dim, &scale, e, B);
+      BlockExp(e, B, t0, n, l);
+      BlockWeightedRows(e, B, vr, head_dim, t0, n, head_dim, out + off, out_stride);
+      for (int64_t i = 0; i < count; ++i) {
+        float* o = out + (t0 + i) * out_stride + off;
+        const VF l_v = hn::Set(d, l[i]);
+        int32_t dd = 0;
+        for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
+        for (; dd < head_dim; ++dd) o[dd] = o[dd] / l[i];
+      }
+    }
+  }
+}
+
 void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT k,
-                       const float* HWY_RESTRICT kt, const float* HWY_RESTRICT v, const float* HWY_RESTRICT vt,
-                       int64_t kv_stride, int64_t ldt, const float* HWY_RESTRICT dout, int64_t dout_stride,
-                       float* HWY_RESTRICT dq, float* HWY_RESTRICT dk, float* HWY_RESTRICT dv, int64_t dkv_stride,
-                       int64_t T, int32_t group, int32_t head_dim, float scale, float* HWY_RESTRICT scratch) {
-  (void)kt;  // the rows of k and v are all this kernel reads
-  (void)vt;
-  (void)ldt;
+                       const float* HWY_RESTRICT v, int64_t kv_stride, const float* HWY_RESTRICT dout,
+                       int64_t dout_stride, float* HWY_RESTRICT dq, int64_t dq_stride, float* HWY_RESTRICT dk,
+                       float* HWY_RESTRICT dv, int64_t dkv_stride, int64_t T, int32_t group, int32_t head_dim, float scale,
+                       float* HWY_RESTRICT scratch) {
   const int64_t B = BlockQueries(), ld = ScratchRow(T), rows = T * head_dim;
   float* pt = scratch;
   float* st = pt + T * ld;
@@ -317,48 +347,55 @@ void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const floa
   float* op = qp + rows;
   float* qt = op + rows;
   float* ot = qt + static_cast<int64_t>(head_dim) * B;
-  PackRows(k, kv_stride, T, head_dim, kp);
-  PackRows(v, kv_stride, T, head_dim, vp);
+  const float* kr = Rows(k, kv_stride, T, head_dim, kp);
+  const float* vr = Rows(v, kv_stride, T, head_dim, vp);
   // Head by head: dk and dv chains run over the heads, then the queries.
   for (int32_t h = 0; h < group; ++h) {
     const int64_t off = static_cast<int64_t>(h) * head_dim;
-    PackRows(q + off, q_stride, T, head_dim, qp);
-    PackRows(dout + off, dout_stride, T, head_dim, op);
+    const float* qr = Rows(q + off, q_stride, T, head_dim, qp);
+    const float* orows = Rows(dout + off, dout_stride, T, head_dim, op);
     for (int64_t t0 = 0; t0 < T; t0 += B) {
       const int64_t count = std::min(B, T - t0), n = t0 + count;
-      PackBlock(qp + t0 * head_dim, head_dim, count, head_dim, B, qt);
-      PackBlock(op + t0 * head_dim, head_dim, count, head_dim, B, ot);
-      KeyTiles(qt, B, kp, head_dim, n, head_dim, &scale, pt + t0, ld);
-      KeyTiles(ot, B, vp, head_dim, n, head_dim, nullptr, st + t0, ld);
+      PackBlock(qr + t0 * head_dim, head_dim, count, head_dim, B, qt);
+      PackBlock(orows + t0 * head_dim, head_dim, count, head_dim, B, ot);
+      KeyTiles(qt, B, kr, head_dim, n, head_dim, &scale, pt + t0, ld);
+      KeyTiles(ot, B, vr, head_dim, n, head_dim, nullptr, st + t0, ld);
       BlockSoftmax(pt + t0, st + t0, ld, t0, n, scale);
-      QueryGrads(st, ld, kp, head_dim, t0, n, head_dim, dq + off, q_stride);
+      BlockWeightedRows(st + t0, ld, kr, head_dim, t0, n, head_dim, dq + off, dq_stride);
     }
-    KeyGrads(st, ld, T, qp, head_dim, h == 0, dk, dkv_stride);
-    KeyGrads(pt, ld, T, op, head_dim, h == 0, dv, dkv_stride);
+    KeyGrads(st, ld, T, qr, head_dim, h == 0, dk, dkv_stride);
+    KeyGrads(pt, ld, T, orows, head_dim, h == 0, dv, dkv_stride);
   }
 }
 
 #else
 
 // The portable fallback: the reference itself.
-int64_t ScratchFloats(int64_t T, int32_t group, int32_t) { return 2 * group * T * T; }
+int64_t BackwardScratch(int64_t T, int32_t group, int32_t) { return 2 * group * T * T; }
+int64_t ForwardScratch(int64_t T, int32_t) { return T; }
 
-void AttentionBackward(const float* q, int64_t q_stride, const float* k, const float* kt, const float* v,
-                       const float* vt, int64_t kv_stride, int64_t ldt, const float* dout, int64_t dout_stride,
-                       float* dq, float* dk, float* dv, int64_t dkv_stride, int64_t T, int32_t group,
-                       int32_t head_dim, float scale, float* scratch) {
-  (void)kt;
-  (void)vt;
-  (void)ldt;
-  ref::attention_backward<float>(q, q_stride, k, v, kv_stride, dout, dout_stride, dq, dk, dv, dkv_stride, T, group,
+void AttentionSequence(const float* q, int64_t q_stride, const float* k, const float* v, int64_t kv_stride, int64_t T,
+                       int32_t group, int32_t head_dim, float scale, float* out, int64_t out_stride, float* scratch) {
+  for (int32_t h = 0; h < group; ++h)
+    for (int64_t t = 0; t < T; ++t)
+      ref::attention<float>(q + t * q_stride + static_cast<int64_t>(h) * head_dim, k, v, kv_stride, t + 1, head_dim,
+                            scale, out + t * out_stride + static_cast<int64_t>(h) * head_dim, scratch);
+}
+
+void AttentionBackward(const float* q, int64_t q_stride, const float* k, const float* v, int64_t kv_stride,
+                       const float* dout, int64_t dout_stride, float* dq, int64_t dq_stride, float* dk, float* dv,
+                       int64_t dkv_stride, int64_t T, int32_t group, int32_t head_dim, float scale, float* scratch) {
+  ref::attention_backward<float>(q, q_stride, k, v, kv_stride, dout, dout_stride, dq, dq_stride, dk, dv, dkv_stride, T, group,
                                  head_dim, scale, scratch);
 }
 
 #endif
 
-void FillAttentionBackward(Kernels& k) {
+void FillAttentionSequence(Kernels& k) {
+  k.attention_sequence = &AttentionSequence;
+  k.attention_sequence_scratch = &ForwardScratch;
   k.attention_backward = &AttentionBackward;
-  k.attention_backward_scratch = &ScratchFloats;
+  k.attention_backward_scratch = &BackwardScratch;
 }
 
 }  // namespace HWY_NAMESPACE
