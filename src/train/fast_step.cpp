@@ -271,38 +271,44 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         ws.losses[sz(r)] = k.cross_entropy(z, static_cast<int32_t>(V), t);
       }
     }
+    // Each dy of a weight gradient dW = x^T @ dy is, as its rows are made, rounded into dy_round
+    // (bf16) and packed into dy_packed by the worker that made them, while they are in its cache:
+    // emit_dy, then a barrier, then weight_grad. The previous weight gradient has read dy_packed
+    // phases before.
+    auto emit_dy = [&](const float* dy, int64_t N) {
+      if (w == 0) reshape(ws.dy_packed, R, N);  // read only after the phase's barrier
+      const float* rows_of = dy;
+      if (bf16) {
+        k.round_bf16(dy + r0 * N, ws.dy_round.get() + r0 * N, (r1 - r0) * N);
+        rows_of = ws.dy_round.get();
+      }
+      simd::pack_rows(rows_of, N, r0, r1, ws.dy_packed.data.get(), R, k.panel_width);
+    };
     if (!grad) return;
+    emit_dy(ws.logits.get(), V);
     barrier.wait();
 
     // ---- backward ----
-    // dW [K, N] = x^T @ dy over all R rows, with x [R, K] and dy [R, N]; dy is rounded (bf16)
-    // into dy_round and packed, x is read in place by matmul_at.
+    // dW [K, N] = x^T @ dy over all R rows, with x [R, K] read in place by matmul_at and dy the
+    // last one emitted.
     float* at_scratch = ws.at_scratch.get() + static_cast<int64_t>(w) * ws.at_floats;
-    auto weight_grad = [&](const float* xs, int64_t K, const float* dy, int64_t N, float* dw) {
-      const float* dyr = bf16 ? ws.dy_round.get() : dy;
-      if (w == 0) reshape(ws.dy_packed, R, N);  // published to the others by the barrier below
-      if (bf16)
-        for (int64_t r = r0; r < r1; ++r) k.round_bf16(dy + r * N, ws.dy_round.get() + r * N, N);
-      barrier.wait();
-      {
-        const auto [p0, p1] = static_range(ws.dy_packed.panels, w, n);
-        const MatrixPart part{dyr, N};
-        simd::pack_panels(&part, 1, ws.dy_packed, p0, p1, false);
-      }
-      barrier.wait();
-      matmul_at_part(k, xs, K, K, ws.dy_packed, dw, N, at_scratch, w, n);
+    auto weight_grad = [&](const float* xs, int64_t K, float* dw) {
+      matmul_at_part(k, xs, K, K, ws.dy_packed, dw, ws.dy_packed.N, at_scratch, w, n);
       barrier.wait();
     };
-    // dx [R, K] = dy [R, N] @ W^T (packed); dy rounded under bf16 (weight_grad has left it so).
+    // dx [R, K] = dy [R, N] @ W^T (packed); dy rounded under bf16 (emit_dy has left it so).
     auto input_grad = [&](const float* dy, int64_t N, const PackedMatrix& wt, float* dxo, int64_t K) {
       matmul_part(k, bf16 ? ws.dy_round.get() : dy, N, R, wt, dxo, K, w, n);
       barrier.wait();
     };
     // dx = rmsnorm backward (rows) and dw (columns) of one norm; `accumulate` adds into ws.dx.
-    auto norm_backward = [&](const float* xs, const float* inv, const float* wn, const float* dyn, float* dw, bool accumulate) {
+    // The new dx is the next weight gradient's dy, unless it is the last (`emit` false).
+    auto norm_backward = [&](const float* xs, const float* inv, const float* wn, const float* dyn, float* dw, bool accumulate,
+                             bool emit) {
       float* out = accumulate ? ws.dbranch.get() : ws.dx.get();
       k.rmsnorm_backward_rows(xs + r0 * d, wn, dyn + r0 * d, inv + r0, out + r0 * d, r1 - r0, d);
       if (accumulate) k.add(ws.dx.get() + r0 * d, out + r0 * d, (r1 - r0) * d);
+      if (emit) emit_dy(ws.dx.get(), d);
       const auto [i0, i1] = static_range(d, w, n);
       k.rmsnorm_backward_weight(xs, inv, dyn, dw, R, d, i0, i1);
       barrier.wait();
@@ -323,28 +329,29 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     };
 
     float* dlogits = ws.logits.get();
-    weight_grad(ws.xnf.get(), d, dlogits, V, grad + reg.head());
+    weight_grad(ws.xnf.get(), d, grad + reg.head());
     input_grad(dlogits, V, ws.head_t, ws.dxn.get(), d);
-    norm_backward(x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), grad + reg.final_norm(), false);
+    norm_backward(x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), grad + reg.final_norm(), false, true);
 
     for (int32_t l = c.n_layers - 1; l >= 0; --l) {
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
       const Workspace::Cache& a = ws.cache[sz(l)];
       // x_out = x_mid + h @ w_down
-      weight_grad(a.h.get(), ff, ws.dx.get(), d, grad + lw.w_down);
+      weight_grad(a.h.get(), ff, grad + lw.w_down);
       input_grad(ws.dx.get(), d, pl.down_t, ws.dh.get(), ff);
       float* dgu = ws.dwide.get();  // [R, 2 ff] = [dgate | dup]
       for (int64_t r = r0; r < r1; ++r)
         k.swiglu_backward(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, ws.dh.get() + r * ff,
                           dgu + r * 2 * ff, dgu + r * 2 * ff + ff, ff);
+      emit_dy(dgu, 2 * ff);
       barrier.wait();
-      weight_grad(a.xn2.get(), d, dgu, 2 * ff, ws.wtemp.get());
+      weight_grad(a.xn2.get(), d, ws.wtemp.get());
       scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
       input_grad(dgu, 2 * ff, pl.gu_t, ws.dxn.get(), d);
-      norm_backward(a.x_mid.get(), a.inv2.get(), p + lw.mlp_norm, ws.dxn.get(), grad + lw.mlp_norm, true);
+      norm_backward(a.x_mid.get(), a.inv2.get(), p + lw.mlp_norm, ws.dxn.get(), grad + lw.mlp_norm, true, true);
       // x_mid = x_in + att @ wo
-      weight_grad(a.att.get(), qd, ws.dx.get(), d, grad + lw.wo);
+      weight_grad(a.att.get(), qd, grad + lw.wo);
       input_grad(ws.dx.get(), d, pl.wo_t, ws.dh.get(), qd);  // datt in dh
       float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
       {
@@ -367,11 +374,12 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         k.rope_backward(dqkv + r * qkv_ld + qd, c.n_kv_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
                         rope.sin.data() + t * half);
       }
+      emit_dy(dqkv, qkv_ld);
       barrier.wait();
-      weight_grad(a.xn1.get(), d, dqkv, qkv_ld, ws.wtemp.get());
+      weight_grad(a.xn1.get(), d, ws.wtemp.get());
       scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
       input_grad(dqkv, qkv_ld, pl.qkv_t, ws.dxn.get(), d);
-      norm_backward(a.x_in.get(), a.inv1.get(), p + lw.attn_norm, ws.dxn.get(), grad + lw.attn_norm, true);
+      norm_backward(a.x_in.get(), a.inv1.get(), p + lw.attn_norm, ws.dxn.get(), grad + lw.attn_norm, true, l > 0);
     }
     // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.
     {

@@ -1,8 +1,9 @@
 // The fast training step: the reference step's arithmetic (train/reference_step.cpp) with the
 // SIMD kernels, packed weights and the thread pool. Every matmul of the backward pass is the
 // matmul kernel over a packed operand: dx = dy @ W^T with W^T packed each step, and
-// dW = x^T @ dy with x transposed and dy packed, so each output stays one chain in the
-// reference's order, and threads split only outputs.
+// dW = x^T @ dy with x read in place (matmul_at) and dy packed row by row by the workers that
+// make its rows, so each output stays one chain in the reference's order, and threads split
+// only outputs.
 #pragma once
 
 #include <memory>

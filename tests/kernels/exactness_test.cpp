@@ -128,6 +128,26 @@ TEST(Matmul, PanelRangesAndStridesComposeExactly) {
   }
 }
 
+TEST(Pack, RowsByTheirOwnersEqualPanels) {
+  // Training packs dy row piece by row piece (pack_rows) where the matmul packs panel by panel.
+  for (const Kernels* k : targets()) {
+    for (int64_t K : {1, 5, 64, 97}) {
+      for (int64_t N : {1, 7, 32, 33, 100, 256}) {
+        const auto x = test::random_floats(K * N, static_cast<uint64_t>(K * 1000 + N));
+        simd::PackedMatrix want = simd::allocate_packed(*k, K, N), got = simd::allocate_packed(*k, K, N);
+        const simd::MatrixPart part{x.data(), N};
+        simd::pack_panels(&part, 1, want, 0, want.panels, false);
+        const int64_t cut = K / 3;
+        simd::pack_rows(x.data(), N, cut, K, got.data.get(), K, k->panel_width);
+        simd::pack_rows(x.data(), N, 0, cut, got.data.get(), K, k->panel_width);
+        const size_t floats = static_cast<size_t>(want.panels * K * want.panel);
+        EXPECT_EQ(std::memcmp(want.data.get(), got.data.get(), floats * sizeof(float)), 0)
+            << k->name << " K=" << K << " N=" << N;
+      }
+    }
+  }
+}
+
 TEST(Matmul, ManyRowsCrossRowBlocksExactly) {
   // Prefill and training shapes: M past the kernel's row blocks (96) and tiles, K past its depth.
   uint64_t seed = 7000;

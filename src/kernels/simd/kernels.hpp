@@ -146,6 +146,12 @@ PackedMatrix allocate_packed(const Kernels& kernels, int64_t K, int64_t N);
 // Fills panels [p0, p1) of `out` ([K, sum N_i]) from the concatenation of parts, each value
 // rounded to bf16 when asked.
 void pack_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16);
+// Rows [r_begin, r_end) of x [K, N] (row stride N) into the panels of a packed [K, N] whose
+// storage is `data` with panel width NR: row r's columns [p NR, p NR + NR) go to
+// data[(p K + r) NR ...]; columns past N are left as they are (the matmul discards their
+// outputs). The rows' owner packs them while they are in its cache (training's dy, as each
+// worker produces its rows).
+void pack_rows(const float* x, int64_t N, int64_t r_begin, int64_t r_end, float* data, int64_t K, int32_t NR);
 // Fills panels [p0, p1) of `out` ([sum N_i, K]) with the transpose of the concatenation of parts
 // ([K, N_i] each), rounded to bf16 when asked: the layout of W^T for dx = dy @ W^T.
 void pack_transposed_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16);

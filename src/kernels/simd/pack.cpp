@@ -95,6 +95,17 @@ void pack_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_
   }
 }
 
+void pack_rows(const float* x, int64_t N, int64_t r_begin, int64_t r_end, float* data, int64_t K, int32_t NR) {
+  const int64_t panels = (N + NR - 1) / NR;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const float* row = x + r * N;
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t run = std::min<int64_t>(NR, N - p * NR);
+      std::memcpy(data + (p * K + r) * NR, row + p * NR, static_cast<size_t>(run) * sizeof(float));
+    }
+  }
+}
+
 void pack_transposed_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_t p0, int64_t p1, bool bf16) {
   // out is [Ksum, Kw] with Ksum = sum N_i the reduction and Kw (the parts' K) the columns: panel p
   // holds rows [p NR, (p + 1) NR) of every part, lane = row, one panel row per part column.
