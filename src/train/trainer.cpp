@@ -165,8 +165,19 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   if (!std::isfinite(loss))
     throw Error(ErrorKind::state, "the loss of step " + std::to_string(s.completed + 1) + " is not finite (" +
                                       std::to_string(loss) + "); the step was not applied");
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(s.grad[i]))
+  // The first non-finite element, each worker searching its own range.
+  const int workers = s.options.device == Device::reference ? 1 : s.threads();
+  std::vector<int64_t> first_bad(static_cast<size_t>(workers), -1);
+  s.pool->run(workers, [&](int w, int nw) {
+    const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
+    for (int64_t i = b; i < e; ++i)
+      if (!std::isfinite(s.grad[static_cast<size_t>(i)])) {
+        first_bad[static_cast<size_t>(w)] = i;
+        break;
+      }
+  });
+  for (const int64_t i : first_bad)
+    if (i >= 0)
       throw Error(ErrorKind::state, "the gradient of step " + std::to_string(s.completed + 1) +
                                         " is not finite at element " + std::to_string(i) + "; the step was not applied");
   // Frozen tensors take no update: their gradient leaves the norm and the update.
@@ -188,7 +199,7 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   s.next_ema.resize(s.ema.size());
   const double ema_decay = s.options.ema_decay > 0.0f ? ema_decay_at(s.options.ema_decay, t) : 0.0;
   // Element-wise and independent: split across the pool (any split gives the same bits).
-  s.pool->run(s.options.device == Device::reference ? 1 : s.threads(), [&](int w, int nw) {
+  s.pool->run(workers, [&](int w, int nw) {
     const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
     ref::adamw_update(scalars, scale, g + b, s.params.data() + b, s.m.data() + b, s.v.data() + b,
                       s.next_params.data() + b, s.next_m.data() + b, s.next_v.data() + b, e - b);

@@ -95,14 +95,34 @@ void pack_panels(const MatrixPart* parts, int n_parts, PackedMatrix& out, int64_
   }
 }
 
-void pack_rows(const float* x, int64_t N, int64_t r_begin, int64_t r_end, float* data, int64_t K, int32_t NR) {
-  const int64_t panels = (N + NR - 1) / NR;
+namespace {
+
+// pack_rows for a panel width known at compile time (kWidth, or 0: NR), so that a whole panel row
+// is a fixed-size copy the compiler writes inline rather than a call.
+template <int64_t kWidth>
+void pack_rows_of(const float* x, int64_t N, int64_t r_begin, int64_t r_end, float* data, int64_t K, int64_t NR) {
+  const int64_t panels = (N + NR - 1) / NR, whole = N / NR;
   for (int64_t r = r_begin; r < r_end; ++r) {
     const float* row = x + r * N;
     for (int64_t p = 0; p < panels; ++p) {
-      const int64_t run = std::min<int64_t>(NR, N - p * NR);
-      std::memcpy(data + (p * K + r) * NR, row + p * NR, static_cast<size_t>(run) * sizeof(float));
+      float* dst = data + (p * K + r) * NR;
+      if (kWidth > 0 && p < whole) {
+        std::memcpy(dst, row + p * NR, static_cast<size_t>(kWidth) * sizeof(float));
+      } else {
+        std::memcpy(dst, row + p * NR, static_cast<size_t>(std::min(NR, N - p * NR)) * sizeof(float));
+      }
     }
+  }
+}
+
+}  // namespace
+
+void pack_rows(const float* x, int64_t N, int64_t r_begin, int64_t r_end, float* data, int64_t K, int32_t NR) {
+  switch (NR) {
+    case 16: return pack_rows_of<16>(x, N, r_begin, r_end, data, K, NR);
+    case 32: return pack_rows_of<32>(x, N, r_begin, r_end, data, K, NR);
+    case 64: return pack_rows_of<64>(x, N, r_begin, r_end, data, K, NR);
+    default: return pack_rows_of<0>(x, N, r_begin, r_end, data, K, NR);
   }
 }
 
