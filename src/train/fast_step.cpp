@@ -189,9 +189,13 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       pack(head, 1, ws.head);
       if (grad) pack_t(head, 1, ws.head_t);
     }
-    // x[r] = embed[ids[r]]
+    // The residual stream lives in the caches: layer l's input is cache[l].x_in (the embedding
+    // rows for l = 0), its middle x_mid, and its output the next layer's x_in (x after the last
+    // layer). Each branch's matmul writes where the sum goes, then the stream before it is
+    // added in (x + branch and branch + x are the same IEEE sum).
     float* x = ws.x.get();
-    for (int64_t r = r0; r < r1; ++r) std::copy_n(p + reg.embed() + static_cast<int64_t>(inputs[sz(r)]) * d, d, x + r * d);
+    float* x0 = ws.cache[0].x_in.get();
+    for (int64_t r = r0; r < r1; ++r) std::copy_n(p + reg.embed() + static_cast<int64_t>(inputs[sz(r)]) * d, d, x0 + r * d);
     barrier.wait();
 
     // ---- forward ----
@@ -200,8 +204,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
       Workspace::Cache& a = ws.cache[sz(l)];
-      std::copy(x + r0 * d, x + r1 * d, a.x_in.get() + r0 * d);
-      k.rmsnorm_rows(x + r0 * d, p + lw.attn_norm, a.xn1.get() + r0 * d, a.inv1.get() + r0, r1 - r0, d, eps);
+      float* x_out = l + 1 < c.n_layers ? ws.cache[sz(l + 1)].x_in.get() : x;
+      k.rmsnorm_rows(a.x_in.get() + r0 * d, p + lw.attn_norm, a.xn1.get() + r0 * d, a.inv1.get() + r0, r1 - r0, d, eps);
       if (bf16) k.round_bf16(a.xn1.get() + r0 * d, a.xn1.get() + r0 * d, (r1 - r0) * d);
       barrier.wait();
       matmul_part(k, a.xn1.get(), d, R, pl.qkv, ws.dwide.get(), qkv_ld, w, n);  // [R, qd + 2 kv]
@@ -233,11 +237,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         }
       }
       barrier.wait();
-      matmul_part(k, a.att.get(), qd, R, pl.wo, ws.dbranch.get(), d, w, n);
+      matmul_part(k, a.att.get(), qd, R, pl.wo, a.x_mid.get(), d, w, n);
       barrier.wait();
-      k.add(x + r0 * d, ws.dbranch.get() + r0 * d, (r1 - r0) * d);
-      std::copy(x + r0 * d, x + r1 * d, a.x_mid.get() + r0 * d);
-      k.rmsnorm_rows(x + r0 * d, p + lw.mlp_norm, a.xn2.get() + r0 * d, a.inv2.get() + r0, r1 - r0, d, eps);
+      k.add(a.x_mid.get() + r0 * d, a.x_in.get() + r0 * d, (r1 - r0) * d);
+      k.rmsnorm_rows(a.x_mid.get() + r0 * d, p + lw.mlp_norm, a.xn2.get() + r0 * d, a.inv2.get() + r0, r1 - r0, d, eps);
       if (bf16) k.round_bf16(a.xn2.get() + r0 * d, a.xn2.get() + r0 * d, (r1 - r0) * d);
       barrier.wait();
       matmul_part(k, a.xn2.get(), d, R, pl.gu, a.gu.get(), 2 * ff, w, n);
@@ -247,9 +250,9 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         if (bf16) k.round_bf16(a.h.get() + r * ff, a.h.get() + r * ff, ff);
       }
       barrier.wait();
-      matmul_part(k, a.h.get(), ff, R, pl.down, ws.dbranch.get(), d, w, n);
+      matmul_part(k, a.h.get(), ff, R, pl.down, x_out, d, w, n);
       barrier.wait();
-      k.add(x + r0 * d, ws.dbranch.get() + r0 * d, (r1 - r0) * d);
+      k.add(x_out + r0 * d, a.x_mid.get() + r0 * d, (r1 - r0) * d);
     }
     k.rmsnorm_rows(x + r0 * d, p + reg.final_norm(), ws.xnf.get() + r0 * d, ws.invf.get() + r0, r1 - r0, d, eps);
     if (bf16) k.round_bf16(ws.xnf.get() + r0 * d, ws.xnf.get() + r0 * d, (r1 - r0) * d);
