@@ -61,40 +61,61 @@ int64_t ForwardScratch(int64_t T, int32_t head_dim) {
   return (T + 1) * BlockQueries() + 3 * T * head_dim + static_cast<int64_t>(head_dim) * BlockQueries();
 }
 
-// out[(j0 + i) * ld + lane of vector u] for keys j0 .. j0 + KB - 1 and the block's queries:
-// (chain over d of rows_j[d] * xt[d][query]) times *mul when mul is given. Scores: xt the
-// block's queries, rows the keys, mul the scale; dp: xt the output gradients, rows the values,
-// no multiply (the reference stores the chain itself).
-template <int KB>
+// out[(j0 + i) * ld + lane of vector u] for keys j0 .. j0 + KB - 1 and U vectors of the block's
+// queries: (chain over d of rows_j[d] * xt[d][query]) times *mul when mul is given. Scores: xt
+// the block's queries, rows the keys, mul the scale; dp: xt the output gradients, rows the
+// values, no multiply (the reference stores the chain itself).
+template <int KB, int U>
 HWY_INLINE void KeyTile(const float* HWY_RESTRICT xt, int64_t B, const float* HWY_RESTRICT rows, int64_t stride,
                         int64_t j0, int32_t head_dim, const float* mul, float* HWY_RESTRICT out, int64_t ld) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF acc[KB][kBlockVectors];
+  VF acc[KB][U];
   for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < kBlockVectors; ++u) acc[i][u] = hn::Zero(d);
+    for (int u = 0; u < U; ++u) acc[i][u] = hn::Zero(d);
   for (int32_t e = 0; e < head_dim; ++e) {
-    VF xv[kBlockVectors];
-    for (int u = 0; u < kBlockVectors; ++u) xv[u] = hn::LoadU(d, xt + e * B + u * N);
+    VF xv[U];
+    for (int u = 0; u < U; ++u) xv[u] = hn::LoadU(d, xt + e * B + u * N);
     for (int i = 0; i < KB; ++i) {
       const VF r = hn::Set(d, rows[(j0 + i) * stride + e]);
-      for (int u = 0; u < kBlockVectors; ++u) acc[i][u] = hn::MulAdd(r, xv[u], acc[i][u]);
+      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(r, xv[u], acc[i][u]);
     }
   }
   for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < kBlockVectors; ++u)
+    for (int u = 0; u < U; ++u)
       hn::StoreU(mul ? hn::Mul(acc[i][u], hn::Set(d, *mul)) : acc[i][u], d, out + (j0 + i) * ld + u * N);
 }
 
-// KeyTile over keys [0, n).
-void KeyTiles(const float* xt, int64_t B, const float* rows, int64_t stride, int64_t n, int32_t head_dim,
+// KeyTile<KB> over `vectors` vectors (1 to kBlockVectors).
+template <int KB>
+HWY_INLINE void KeyTileOf(int64_t vectors, const float* xt, int64_t B, const float* rows, int64_t stride, int64_t j0,
+                          int32_t head_dim, const float* mul, float* out, int64_t ld) {
+  static_assert(kBlockVectors == 3);
+  switch (vectors) {
+    case 3: return KeyTile<KB, 3>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
+    case 2: return KeyTile<KB, 2>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
+    default: return KeyTile<KB, 1>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
+  }
+}
+
+// KeyTile over keys [0, n) for the block of queries [t0, n): each tile of keys over only the
+// vectors holding a query that reaches one of its keys (t >= j, t < n); the others' lanes are
+// left as they are, and nothing reads them.
+void KeyTiles(const float* xt, int64_t B, const float* rows, int64_t stride, int64_t t0, int64_t n, int32_t head_dim,
               const float* mul, float* out, int64_t ld) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t end = (n - t0 + N - 1) / N;  // vectors holding queries
+  auto first = [&](int64_t j0) { return j0 <= t0 ? 0 : (j0 - t0) / N; };  // first vector reaching key j0
   int64_t j0 = 0;
-  for (; j0 + 4 <= n; j0 += 4) KeyTile<4>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
+  for (; j0 + 4 <= n; j0 += 4) {
+    const int64_t u0 = first(j0);
+    KeyTileOf<4>(end - u0, xt + u0 * N, B, rows, stride, j0, head_dim, mul, out + u0 * N, ld);
+  }
+  const int64_t u0 = first(j0);
   switch (n - j0) {
-    case 3: return KeyTile<3>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
-    case 2: return KeyTile<2>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
-    case 1: return KeyTile<1>(xt, B, rows, stride, j0, head_dim, mul, out, ld);
+    case 3: return KeyTileOf<3>(end - u0, xt + u0 * N, B, rows, stride, j0, head_dim, mul, out + u0 * N, ld);
+    case 2: return KeyTileOf<2>(end - u0, xt + u0 * N, B, rows, stride, j0, head_dim, mul, out + u0 * N, ld);
+    case 1: return KeyTileOf<1>(end - u0, xt + u0 * N, B, rows, stride, j0, head_dim, mul, out + u0 * N, ld);
     default: return;
   }
 }
@@ -319,7 +340,7 @@ void AttentionSequence(const float* HWY_RESTRICT q, int64_t q_stride, const floa
     for (int64_t t0 = 0; t0 < T; t0 += B) {
       const int64_t count = std::min(B, T - t0), n = t0 + count;
       PackBlock(qr + t0 * head_dim, head_dim, count, head_dim, B, qt);
-      KeyTiles(qt, B, kr, head_dim, n, head_dim, &scale, e, B);
+      KeyTiles(qt, B, kr, head_dim, t0, n, head_dim, &scale, e, B);
       BlockExp(e, B, t0, n, l);
       BlockWeightedRows(e, B, vr, head_dim, t0, n, head_dim, out + off, out_stride);
       for (int64_t i = 0; i < count; ++i) {
@@ -358,8 +379,8 @@ void AttentionBackward(const float* HWY_RESTRICT q, int64_t q_stride, const floa
       const int64_t count = std::min(B, T - t0), n = t0 + count;
       PackBlock(qr + t0 * head_dim, head_dim, count, head_dim, B, qt);
       PackBlock(orows + t0 * head_dim, head_dim, count, head_dim, B, ot);
-      KeyTiles(qt, B, kr, head_dim, n, head_dim, &scale, pt + t0, ld);
-      KeyTiles(ot, B, vr, head_dim, n, head_dim, nullptr, st + t0, ld);
+      KeyTiles(qt, B, kr, head_dim, t0, n, head_dim, &scale, pt + t0, ld);
+      KeyTiles(ot, B, vr, head_dim, t0, n, head_dim, nullptr, st + t0, ld);
       BlockSoftmax(pt + t0, st + t0, ld, t0, n, scale);
       BlockWeightedRows(st + t0, ld, kr, head_dim, t0, n, head_dim, dq + off, dq_stride);
     }
