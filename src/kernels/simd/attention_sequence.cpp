@@ -7,8 +7,9 @@
 // the queries t >= j), which the key gradients read contiguously. Each output is still one chain
 // in the reference's order; lanes and threads split only independent outputs.
 //
-// The rows of k, v (and of each head's q and dout) are first packed [T][head_dim]: rows of the
-// fused qkv layout lie a few KiB apart, which would put a chunk's rows into a few L1 sets.
+// Rows of k, v (and of each head's q and dout) that are not contiguous are first packed
+// [T][head_dim]: rows a few KiB apart (dout in training, the fused qkv layout) would put a
+// chunk's rows into a few L1 sets. Training keeps q, k and v contiguous per head group.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/attention_sequence.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
