@@ -316,7 +316,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       k.rmsnorm_backward_weight(xs, inv, dyn, dw, R, d, i0, i1);
       barrier.wait();
     };
-    // Scatters wtemp [K, sum N_i] into the gradients of the parts.
+    // Scatters wtemp [K, sum N_i] into the gradients of the parts. No barrier after it: nothing
+    // reads those gradients during the step, and wtemp is next written phases later.
     auto scatter = [&](int64_t K, std::initializer_list<std::pair<float*, int64_t>> parts) {
       int64_t total = 0;
       for (const auto& part : parts) total += part.second;
@@ -328,7 +329,6 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
           col += N;
         }
       }
-      barrier.wait();
     };
 
     float* dlogits = ws.logits.get();
