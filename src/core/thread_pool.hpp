@@ -1,6 +1,6 @@
-// The worker threads a model computes on: created once, reused by every call, work split
-// statically along independent outputs by the kernels themselves (never inside a reduction),
-// so the bits never depend on how many threads ran.
+// The worker threads a model computes on: created once, reused by every call, work split along
+// independent outputs (never inside a reduction), statically or handed out while running, so
+// the bits never depend on how many threads ran or which took what.
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,7 @@
 #include "train/fast_step.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "kernels/ref/math.hpp"
@@ -16,7 +17,6 @@ using simd::MatrixPart;
 using simd::PackedMatrix;
 using simd::aligned_floats;
 using simd::matmul_at_part;
-using simd::matmul_part;
 
 constexpr int32_t kIgnore = -100;
 
@@ -56,11 +56,15 @@ struct FastStep::Workspace {
   PackedMatrix head, head_t;
   std::vector<Cache> cache;
   AlignedFloats x, xnf, invf, logits, losses;
-  AlignedFloats dx, dbranch, dxn, dwide, dh, dy_round, wtemp, attn_scratch;
+  AlignedFloats dx, dbranch, dxn, dwide, dh, wtemp, attn_scratch;
+  AlignedFloats dy_round[2];  // bf16: alternate rounded dy, as dy_packed
   AlignedFloats at_scratch;  // per worker: at_floats each, for matmul_at
   int64_t at_floats = 0;
   int64_t attn_floats = 0;  // per worker, for attention_sequence and attention_backward
-  PackedMatrix dy_packed;
+  std::unique_ptr<std::atomic<int64_t>[]> tickets;  // one per dynamic phase of a step
+  int64_t n_tickets = 0;
+  int64_t chunk_rows = 0;  // rows per dynamic chunk: whole row tiles of the matmul kernel
+  PackedMatrix dy_packed[2];  // alternate dy of consecutive weight gradients (emit_dy)
   int threads = 0;
 };
 
@@ -134,13 +138,21 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     ws.dh = aligned_floats(sz(R * std::max(ff, qd)));
     ws.at_floats = k.matmul_at_scratch_floats(std::max({d, ff, qd}));
     ws.at_scratch = aligned_floats(sz(nt * ws.at_floats));
-    ws.dy_round = aligned_floats(sz(R * wide));
+    if (bf16)
+      for (AlignedFloats& buffer : ws.dy_round) buffer = aligned_floats(sz(R * wide));
     ws.wtemp = aligned_floats(sz(d * wide));
     ws.attn_floats = std::max(k.attention_sequence_scratch(L, static_cast<int32_t>(hd)),
                               k.attention_backward_scratch(L, group, static_cast<int32_t>(hd)));
     ws.attn_scratch = aligned_floats(sz(nt * ws.attn_floats));
-    ws.dy_packed = simd::allocate_packed(k, R, wide);
+    for (PackedMatrix& buffer : ws.dy_packed) buffer = simd::allocate_packed(k, R, wide);
+    // Forward: one phase before the layers, two per layer; backward: one, then six per layer.
+    ws.n_tickets = 8 * static_cast<int64_t>(c.n_layers) + 2;
+    ws.tickets = std::make_unique<std::atomic<int64_t>[]>(sz(ws.n_tickets));
+    // About 48 rows: a chunk's rows of the widest activation (gu, 2 d_ff) stay in L2 while its
+    // chain runs, and a step has enough chunks for the workers to even out.
+    ws.chunk_rows = (48 + k.row_block - 1) / k.row_block * k.row_block;
   }
+  for (int64_t i = 0; i < ws.n_tickets; ++i) ws.tickets[i].store(0, std::memory_order_relaxed);
 
   // Targets and their count, before the parallel region.
   std::vector<int32_t> inputs(sz(R)), targets(sz(R));
@@ -155,8 +167,6 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   Barrier barrier(nt);
 
   pool.run(nt, [&](int w, int n) {
-    const auto [r0, r1] = static_range(R, w, n);  // this worker's tokens
-
     // ---- pack the weights: W for the forward, W^T for the backward ----
     {
       auto pack = [&](const MatrixPart* parts, int n_parts, PackedMatrix& out) {
@@ -189,28 +199,71 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       pack(head, 1, ws.head);
       if (grad) pack_t(head, 1, ws.head_t);
     }
+    barrier.wait();  // the packed weights
+
+    // Work between two barriers is handed out dynamically: rows in chunks of whole row tiles, or
+    // attention's (row, head) items, each taken by whichever worker asks next (tickets, one
+    // counter per such phase, in the same order in every worker). A chunk runs a whole chain of
+    // per-row steps and row-wise matmuls (c rows = a rows @ W) that reads only its own rows, so
+    // a faster worker takes more chunks and nothing waits inside the chain. Which worker computes
+    // a row never changes its bits. Barriers remain where a phase reads rows other chunks wrote:
+    // attention (whole sequences), the weight gradients and the norm weights' gradients (sums
+    // over every row), and the embedding gradient.
+    int64_t phase = 0;
+    auto for_items = [&](int64_t items, auto&& body) {
+      std::atomic<int64_t>& ticket = ws.tickets[sz(phase++)];
+      for (int64_t i = ticket.fetch_add(1, std::memory_order_relaxed); i < items;
+           i = ticket.fetch_add(1, std::memory_order_relaxed))
+        body(i);
+    };
+    const int64_t chunk = ws.chunk_rows, chunks = (R + chunk - 1) / chunk;
+    auto for_row_chunks = [&](auto&& body) {  // body(r0, r1)
+      for_items(chunks, [&](int64_t i) { body(i * chunk, std::min(R, (i + 1) * chunk)); });
+    };
+    // c [r0, r1) = a [r0, r1) @ b.
+    auto rows_matmul = [&](int64_t r0, int64_t r1, const float* a, int64_t lda, const PackedMatrix& b, float* c,
+                           int64_t ldc) { k.matmul(a + r0 * lda, lda, r1 - r0, b, 0, b.panels, c + r0 * ldc, ldc); };
+
     // The residual stream lives in the caches: layer l's input is cache[l].x_in (the embedding
     // rows for l = 0), its middle x_mid, and its output the next layer's x_in (x after the last
     // layer). Each branch's matmul writes where the sum goes, then the stream before it is
     // added in (x + branch and branch + x are the same IEEE sum).
     float* x = ws.x.get();
-    float* x0 = ws.cache[0].x_in.get();
-    for (int64_t r = r0; r < r1; ++r) std::copy_n(p + reg.embed() + static_cast<int64_t>(inputs[sz(r)]) * d, d, x0 + r * d);
-    barrier.wait();
-
-    // ---- forward ----
     float* attn_scratch = ws.attn_scratch.get() + static_cast<int64_t>(w) * ws.attn_floats;
-    for (int32_t l = 0; l < c.n_layers; ++l) {
+
+    // Each dy of a weight gradient dW = x^T @ dy is, as its rows are made, rounded into dy_round
+    // (bf16) and packed into dy_packed by the worker that made them, while they are in its cache;
+    // a barrier, then weight_grad reads it (and input_grad the rounded rows). Two of each,
+    // because a worker may emit the next dy while another still reads the last (whose rows, of
+    // another width, overlap); the one after next is emitted only after a barrier that follows
+    // every worker's reading. dy_read: what weight_grad and input_grad read; dy_write: what
+    // emit_rows fills.
+    int dy_read = 0, dy_write = 1;
+    int64_t emit_n = 0;
+    auto begin_emit = [&](int64_t N) {  // every worker, once per emitting phase
+      dy_write = dy_read ^ 1;
+      if (w == 0) reshape(ws.dy_packed[dy_write], R, N);  // read only after the phase's barrier
+      emit_n = N;
+    };
+    auto dy_emitted = [&] { dy_read = dy_write; };  // after the barrier that ends an emitting phase
+    auto emit_rows = [&](const float* dy, int64_t r0, int64_t r1) {
+      const int64_t N = emit_n;
+      const float* rows_of = dy;
+      if (bf16) {
+        k.round_bf16(dy + r0 * N, ws.dy_round[dy_write].get() + r0 * N, (r1 - r0) * N);
+        rows_of = ws.dy_round[dy_write].get();
+      }
+      simd::pack_rows(rows_of, N, r0, r1, ws.dy_packed[dy_write].data.get(), R, k.panel_width);
+    };
+
+    // One layer's attention input from its residual rows: norm, the fused q/k/v matmul, RoPE,
+    // then q, k and v into their per-head-group rows.
+    auto attention_input = [&](int32_t l, int64_t r0, int64_t r1) {
       const auto& lw = reg.layer(l);
-      const Workspace::Layer& pl = ws.layers[sz(l)];
       Workspace::Cache& a = ws.cache[sz(l)];
-      float* x_out = l + 1 < c.n_layers ? ws.cache[sz(l + 1)].x_in.get() : x;
       k.rmsnorm_rows(a.x_in.get() + r0 * d, p + lw.attn_norm, a.xn1.get() + r0 * d, a.inv1.get() + r0, r1 - r0, d, eps);
       if (bf16) k.round_bf16(a.xn1.get() + r0 * d, a.xn1.get() + r0 * d, (r1 - r0) * d);
-      barrier.wait();
-      matmul_part(k, a.xn1.get(), d, R, pl.qkv, ws.dwide.get(), qkv_ld, w, n);  // [R, qd + 2 kv]
-      barrier.wait();
-      // RoPE, then q, k and v into their per-head-group rows.
+      rows_matmul(r0, r1, a.xn1.get(), d, ws.layers[sz(l)].qkv, ws.dwide.get(), qkv_ld);  // [R, qd + 2 kv]
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t b = r / L, t = r % L;
         float* row = ws.dwide.get() + r * qkv_ld;
@@ -223,101 +276,107 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
           copy_floats(row + qd + kv + g * hd, hd, a.v.get() + at * hd);
         }
       }
-      barrier.wait();
-      // Attention by (row, key/value head): equal items.
-      {
-        const auto [u0, u1] = static_range(rows * c.n_kv_heads, w, n);
-        for (int64_t u = u0; u < u1; ++u) {
-          const int64_t b = u / c.n_kv_heads, g = u % c.n_kv_heads;
-          float* out = a.att.get() + b * L * qd + g * group * hd;
-          k.attention_sequence(a.q.get() + u * L * group * hd, group * hd, a.k.get() + u * L * hd, a.v.get() + u * L * hd,
-                               hd, L, group, static_cast<int32_t>(hd), scale, out, qd, attn_scratch);
-          if (bf16)
-            for (int64_t t = 0; t < L; ++t) k.round_bf16(out + t * qd, out + t * qd, group * hd);
+    };
+    // The final norm, the head and each position's loss (and dlogits in place when training,
+    // emitted as the head's dy).
+    auto head_and_loss = [&](int64_t r0, int64_t r1) {
+      k.rmsnorm_rows(x + r0 * d, p + reg.final_norm(), ws.xnf.get() + r0 * d, ws.invf.get() + r0, r1 - r0, d, eps);
+      if (bf16) k.round_bf16(ws.xnf.get() + r0 * d, ws.xnf.get() + r0 * d, (r1 - r0) * d);
+      rows_matmul(r0, r1, ws.xnf.get(), d, ws.head, ws.logits.get(), V);
+      for (int64_t r = r0; r < r1; ++r) {
+        float* z = ws.logits.get() + r * V;
+        const int32_t t = targets[sz(r)];
+        if (t == kIgnore) {
+          if (grad) std::fill_n(z, V, 0.0f);
+          continue;
+        }
+        if (grad) {
+          ws.losses[sz(r)] = k.cross_entropy_backward(z, static_cast<int32_t>(V), t, countf, ws.dwide.get() + r * V);
+          std::copy_n(ws.dwide.get() + r * V, V, z);
+        } else {
+          ws.losses[sz(r)] = k.cross_entropy(z, static_cast<int32_t>(V), t);
         }
       }
-      barrier.wait();
-      matmul_part(k, a.att.get(), qd, R, pl.wo, a.x_mid.get(), d, w, n);
-      barrier.wait();
-      k.add(a.x_mid.get() + r0 * d, a.x_in.get() + r0 * d, (r1 - r0) * d);
-      k.rmsnorm_rows(a.x_mid.get() + r0 * d, p + lw.mlp_norm, a.xn2.get() + r0 * d, a.inv2.get() + r0, r1 - r0, d, eps);
-      if (bf16) k.round_bf16(a.xn2.get() + r0 * d, a.xn2.get() + r0 * d, (r1 - r0) * d);
-      barrier.wait();
-      matmul_part(k, a.xn2.get(), d, R, pl.gu, a.gu.get(), 2 * ff, w, n);
-      barrier.wait();
-      for (int64_t r = r0; r < r1; ++r) {
-        k.swiglu(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, a.h.get() + r * ff, ff);
-        if (bf16) k.round_bf16(a.h.get() + r * ff, a.h.get() + r * ff, ff);
-      }
-      barrier.wait();
-      matmul_part(k, a.h.get(), ff, R, pl.down, x_out, d, w, n);
-      barrier.wait();
-      k.add(x_out + r0 * d, a.x_mid.get() + r0 * d, (r1 - r0) * d);
-    }
-    k.rmsnorm_rows(x + r0 * d, p + reg.final_norm(), ws.xnf.get() + r0 * d, ws.invf.get() + r0, r1 - r0, d, eps);
-    if (bf16) k.round_bf16(ws.xnf.get() + r0 * d, ws.xnf.get() + r0 * d, (r1 - r0) * d);
-    barrier.wait();
-    matmul_part(k, ws.xnf.get(), d, R, ws.head, ws.logits.get(), V, w, n);
-    barrier.wait();
-    // Each position's loss, and dlogits in place when training.
-    for (int64_t r = r0; r < r1; ++r) {
-      float* z = ws.logits.get() + r * V;
-      const int32_t t = targets[sz(r)];
-      if (t == kIgnore) {
-        if (grad) std::fill_n(z, V, 0.0f);
-        continue;
-      }
-      if (grad) {
-        ws.losses[sz(r)] = k.cross_entropy_backward(z, static_cast<int32_t>(V), t, countf, ws.dwide.get() + r * V);
-        std::copy_n(ws.dwide.get() + r * V, V, z);
-      } else {
-        ws.losses[sz(r)] = k.cross_entropy(z, static_cast<int32_t>(V), t);
-      }
-    }
-    // Each dy of a weight gradient dW = x^T @ dy is, as its rows are made, rounded into dy_round
-    // (bf16) and packed into dy_packed by the worker that made them, while they are in its cache:
-    // emit_dy, then a barrier, then weight_grad. The previous weight gradient has read dy_packed
-    // phases before.
-    auto emit_dy = [&](const float* dy, int64_t N) {
-      if (w == 0) reshape(ws.dy_packed, R, N);  // read only after the phase's barrier
-      const float* rows_of = dy;
-      if (bf16) {
-        k.round_bf16(dy + r0 * N, ws.dy_round.get() + r0 * N, (r1 - r0) * N);
-        rows_of = ws.dy_round.get();
-      }
-      simd::pack_rows(rows_of, N, r0, r1, ws.dy_packed.data.get(), R, k.panel_width);
+      if (grad) emit_rows(ws.logits.get(), r0, r1);
     };
-    if (!grad) return;
-    emit_dy(ws.logits.get(), V);
+
+    // ---- forward: phases end before and after each layer's attention ----
+    for_row_chunks([&](int64_t r0, int64_t r1) {
+      float* x0 = ws.cache[0].x_in.get();
+      for (int64_t r = r0; r < r1; ++r)
+        std::copy_n(p + reg.embed() + static_cast<int64_t>(inputs[sz(r)]) * d, d, x0 + r * d);
+      attention_input(0, r0, r1);
+    });
     barrier.wait();
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      const Workspace::Layer& pl = ws.layers[sz(l)];
+      Workspace::Cache& a = ws.cache[sz(l)];
+      const float* mlp_norm = p + reg.layer(l).mlp_norm;
+      float* x_out = l + 1 < c.n_layers ? ws.cache[sz(l + 1)].x_in.get() : x;
+      for_items(rows * c.n_kv_heads, [&](int64_t u) {  // (row, key/value head)
+        const int64_t b = u / c.n_kv_heads, g = u % c.n_kv_heads;
+        float* out = a.att.get() + b * L * qd + g * group * hd;
+        k.attention_sequence(a.q.get() + u * L * group * hd, group * hd, a.k.get() + u * L * hd, a.v.get() + u * L * hd,
+                             hd, L, group, static_cast<int32_t>(hd), scale, out, qd, attn_scratch);
+        if (bf16)
+          for (int64_t t = 0; t < L; ++t) k.round_bf16(out + t * qd, out + t * qd, group * hd);
+      });
+      barrier.wait();
+      if (grad && l + 1 == c.n_layers) begin_emit(V);
+      for_row_chunks([&](int64_t r0, int64_t r1) {
+        const int64_t m = r1 - r0;
+        rows_matmul(r0, r1, a.att.get(), qd, pl.wo, a.x_mid.get(), d);
+        k.add(a.x_mid.get() + r0 * d, a.x_in.get() + r0 * d, m * d);
+        k.rmsnorm_rows(a.x_mid.get() + r0 * d, mlp_norm, a.xn2.get() + r0 * d, a.inv2.get() + r0, m, d, eps);
+        if (bf16) k.round_bf16(a.xn2.get() + r0 * d, a.xn2.get() + r0 * d, m * d);
+        rows_matmul(r0, r1, a.xn2.get(), d, pl.gu, a.gu.get(), 2 * ff);
+        for (int64_t r = r0; r < r1; ++r) {
+          k.swiglu(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, a.h.get() + r * ff, ff);
+          if (bf16) k.round_bf16(a.h.get() + r * ff, a.h.get() + r * ff, ff);
+        }
+        rows_matmul(r0, r1, a.h.get(), ff, pl.down, x_out, d);
+        k.add(x_out + r0 * d, a.x_mid.get() + r0 * d, m * d);
+        if (l + 1 < c.n_layers) {
+          attention_input(l + 1, r0, r1);
+        } else {
+          head_and_loss(r0, r1);
+        }
+      });
+      if (l + 1 < c.n_layers) barrier.wait();
+    }
+    if (!grad) return;
+    barrier.wait();
+    dy_emitted();
 
     // ---- backward ----
     // dW [K, N] = x^T @ dy over all R rows, with x [R, K] read in place by matmul_at and dy the
-    // last one emitted.
+    // last one emitted; split statically by outputs, at the start of a phase whose row chunks
+    // then absorb the difference.
     float* at_scratch = ws.at_scratch.get() + static_cast<int64_t>(w) * ws.at_floats;
     auto weight_grad = [&](const float* xs, int64_t K, float* dw) {
-      matmul_at_part(k, xs, K, K, ws.dy_packed, dw, ws.dy_packed.N, at_scratch, w, n);
-      barrier.wait();
+      const PackedMatrix& dy = ws.dy_packed[dy_read];
+      matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n);
     };
-    // dx [R, K] = dy [R, N] @ W^T (packed); dy rounded under bf16 (emit_dy has left it so).
-    auto input_grad = [&](const float* dy, int64_t N, const PackedMatrix& wt, float* dxo, int64_t K) {
-      matmul_part(k, bf16 ? ws.dy_round.get() : dy, N, R, wt, dxo, K, w, n);
-      barrier.wait();
+    // dx [r0, r1) = dy [r0, r1) @ W^T (packed); dy rounded under bf16 (emit_rows has left it so).
+    auto input_grad = [&](int64_t r0, int64_t r1, const float* dy, int64_t N, const PackedMatrix& wt, float* dxo) {
+      rows_matmul(r0, r1, bf16 ? ws.dy_round[dy_read].get() : dy, N, wt, dxo, wt.N);
     };
-    // dx = rmsnorm backward (rows) and dw (columns) of one norm; `accumulate` adds into ws.dx.
-    // The new dx is the next weight gradient's dy, unless it is the last (`emit` false).
-    auto norm_backward = [&](const float* xs, const float* inv, const float* wn, const float* dyn, float* dw, bool accumulate,
-                             bool emit) {
+    // One norm's backward over rows [r0, r1): dx = rmsnorm backward of dyn, or dx += it
+    // (`accumulate`); the new dx is then emitted when the phase emits.
+    auto norm_rows = [&](int64_t r0, int64_t r1, const float* xs, const float* inv, const float* wn, const float* dyn,
+                         bool accumulate) {
       float* out = accumulate ? ws.dbranch.get() : ws.dx.get();
       k.rmsnorm_backward_rows(xs + r0 * d, wn, dyn + r0 * d, inv + r0, out + r0 * d, r1 - r0, d);
       if (accumulate) k.add(ws.dx.get() + r0 * d, out + r0 * d, (r1 - r0) * d);
-      if (emit) emit_dy(ws.dx.get(), d);
-      const auto [i0, i1] = static_range(d, w, n);
-      k.rmsnorm_backward_weight(xs, inv, dyn, dw, R, d, i0, i1);
-      barrier.wait();
     };
-    // Scatters wtemp [K, sum N_i] into the gradients of the parts. No barrier after it: nothing
-    // reads those gradients during the step, and wtemp is next written phases later.
+    // The norm weight's gradient sums over every row: after the barrier of its norm_rows, by
+    // columns; dxn keeps the norm's dy until then.
+    auto norm_weight = [&](const float* xs, const float* inv, float* dw) {
+      const auto [i0, i1] = static_range(d, w, n);
+      k.rmsnorm_backward_weight(xs, inv, ws.dxn.get(), dw, R, d, i0, i1);
+    };
+    // Scatters wtemp [K, sum N_i] into the gradients of the parts, after the barrier that
+    // completes wtemp; wtemp is next written two barriers later.
     auto scatter = [&](int64_t K, std::initializer_list<std::pair<float*, int64_t>> parts) {
       int64_t total = 0;
       for (const auto& part : parts) total += part.second;
@@ -331,58 +390,86 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       }
     };
 
-    float* dlogits = ws.logits.get();
     weight_grad(ws.xnf.get(), d, grad + reg.head());
-    input_grad(dlogits, V, ws.head_t, ws.dxn.get(), d);
-    norm_backward(x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), grad + reg.final_norm(), false, true);
+    begin_emit(d);
+    for_row_chunks([&](int64_t r0, int64_t r1) {
+      input_grad(r0, r1, ws.logits.get(), V, ws.head_t, ws.dxn.get());
+      norm_rows(r0, r1, x, ws.invf.get(), p + reg.final_norm(), ws.dxn.get(), false);
+      emit_rows(ws.dx.get(), r0, r1);
+    });
+    barrier.wait();
+    dy_emitted();
+    norm_weight(x, ws.invf.get(), grad + reg.final_norm());
 
     for (int32_t l = c.n_layers - 1; l >= 0; --l) {
       const auto& lw = reg.layer(l);
       const Workspace::Layer& pl = ws.layers[sz(l)];
       const Workspace::Cache& a = ws.cache[sz(l)];
+      float* dgu = ws.dwide.get();   // [R, 2 ff] = [dgate | dup]
+      float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
       // x_out = x_mid + h @ w_down
       weight_grad(a.h.get(), ff, grad + lw.w_down);
-      input_grad(ws.dx.get(), d, pl.down_t, ws.dh.get(), ff);
-      float* dgu = ws.dwide.get();  // [R, 2 ff] = [dgate | dup]
-      for (int64_t r = r0; r < r1; ++r)
-        k.swiglu_backward(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, ws.dh.get() + r * ff,
-                          dgu + r * 2 * ff, dgu + r * 2 * ff + ff, ff);
-      emit_dy(dgu, 2 * ff);
+      begin_emit(2 * ff);
+      for_row_chunks([&](int64_t r0, int64_t r1) {
+        input_grad(r0, r1, ws.dx.get(), d, pl.down_t, ws.dh.get());
+        for (int64_t r = r0; r < r1; ++r)
+          k.swiglu_backward(a.gu.get() + r * 2 * ff, a.gu.get() + r * 2 * ff + ff, ws.dh.get() + r * ff,
+                            dgu + r * 2 * ff, dgu + r * 2 * ff + ff, ff);
+        emit_rows(dgu, r0, r1);
+      });
       barrier.wait();
+      dy_emitted();
       weight_grad(a.xn2.get(), d, ws.wtemp.get());
+      begin_emit(d);
+      for_row_chunks([&](int64_t r0, int64_t r1) {
+        input_grad(r0, r1, dgu, 2 * ff, pl.gu_t, ws.dxn.get());
+        norm_rows(r0, r1, a.x_mid.get(), a.inv2.get(), p + lw.mlp_norm, ws.dxn.get(), true);
+        emit_rows(ws.dx.get(), r0, r1);
+      });
+      barrier.wait();
+      dy_emitted();
       scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
-      input_grad(dgu, 2 * ff, pl.gu_t, ws.dxn.get(), d);
-      norm_backward(a.x_mid.get(), a.inv2.get(), p + lw.mlp_norm, ws.dxn.get(), grad + lw.mlp_norm, true, true);
+      norm_weight(a.x_mid.get(), a.inv2.get(), grad + lw.mlp_norm);
       // x_mid = x_in + att @ wo
       weight_grad(a.att.get(), qd, grad + lw.wo);
-      input_grad(ws.dx.get(), d, pl.wo_t, ws.dh.get(), qd);  // datt in dh
-      float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
-      {
-        const auto [t0, t1] = static_range(rows * c.n_kv_heads, w, n);
-        for (int64_t task = t0; task < t1; ++task) {
-          const int64_t b = task / c.n_kv_heads, g = task % c.n_kv_heads;
-          const int64_t row0 = b * L, qo = g * group * hd, ko = g * hd;
-          k.attention_backward(a.q.get() + task * L * group * hd, group * hd, a.k.get() + task * L * hd,
-                               a.v.get() + task * L * hd, hd, ws.dh.get() + row0 * qd + qo, qd,
-                               dqkv + row0 * qkv_ld + qo, qkv_ld, dqkv + row0 * qkv_ld + qd + ko,
-                               dqkv + row0 * qkv_ld + qd + kv + ko, qkv_ld, L, group, static_cast<int32_t>(hd), scale,
-                               attn_scratch);
+      for_row_chunks([&](int64_t r0, int64_t r1) {
+        input_grad(r0, r1, ws.dx.get(), d, pl.wo_t, ws.dh.get());  // datt in dh
+      });
+      barrier.wait();
+      for_items(rows * c.n_kv_heads, [&](int64_t task) {
+        const int64_t b = task / c.n_kv_heads, g = task % c.n_kv_heads;
+        const int64_t row0 = b * L, qo = g * group * hd, ko = g * hd;
+        k.attention_backward(a.q.get() + task * L * group * hd, group * hd, a.k.get() + task * L * hd,
+                             a.v.get() + task * L * hd, hd, ws.dh.get() + row0 * qd + qo, qd,
+                             dqkv + row0 * qkv_ld + qo, qkv_ld, dqkv + row0 * qkv_ld + qd + ko,
+                             dqkv + row0 * qkv_ld + qd + kv + ko, qkv_ld, L, group, static_cast<int32_t>(hd), scale,
+                             attn_scratch);
+      });
+      barrier.wait();
+      begin_emit(qkv_ld);
+      for_row_chunks([&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t t = r % L;
+          k.rope_backward(dqkv + r * qkv_ld, c.n_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
+                          rope.sin.data() + t * half);
+          k.rope_backward(dqkv + r * qkv_ld + qd, c.n_kv_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
+                          rope.sin.data() + t * half);
         }
-      }
+        emit_rows(dqkv, r0, r1);
+      });
       barrier.wait();
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t t = r % L;
-        k.rope_backward(dqkv + r * qkv_ld, c.n_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
-                        rope.sin.data() + t * half);
-        k.rope_backward(dqkv + r * qkv_ld + qd, c.n_kv_heads, static_cast<int32_t>(hd), rope.cos.data() + t * half,
-                        rope.sin.data() + t * half);
-      }
-      emit_dy(dqkv, qkv_ld);
-      barrier.wait();
+      dy_emitted();
       weight_grad(a.xn1.get(), d, ws.wtemp.get());
+      if (l > 0) begin_emit(d);
+      for_row_chunks([&](int64_t r0, int64_t r1) {
+        input_grad(r0, r1, dqkv, qkv_ld, pl.qkv_t, ws.dxn.get());
+        norm_rows(r0, r1, a.x_in.get(), a.inv1.get(), p + lw.attn_norm, ws.dxn.get(), true);
+        if (l > 0) emit_rows(ws.dx.get(), r0, r1);
+      });
+      barrier.wait();
+      if (l > 0) dy_emitted();
       scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
-      input_grad(dqkv, qkv_ld, pl.qkv_t, ws.dxn.get(), d);
-      norm_backward(a.x_in.get(), a.inv1.get(), p + lw.attn_norm, ws.dxn.get(), grad + lw.attn_norm, true, l > 0);
+      norm_weight(a.x_in.get(), a.inv1.get(), grad + lw.attn_norm);
     }
     // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.
     {
