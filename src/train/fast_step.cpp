@@ -149,7 +149,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     ws.n_tickets = 8 * static_cast<int64_t>(c.n_layers) + 2;
     ws.tickets = std::make_unique<std::atomic<int64_t>[]>(sz(ws.n_tickets));
     // About 48 rows: a chunk's rows of the widest activation (gu, 2 d_ff) stay in L2 while its
-    // chain runs, and a step has enough chunks for the workers to even out.
+    // chain runs, and a step has enough chunks for the workers to even out (s256 on 2 threads:
+    // 96 rows measured about 4% slower, 24 the same).
     ws.chunk_rows = (48 + k.row_block - 1) / k.row_block * k.row_block;
   }
   for (int64_t i = 0; i < ws.n_tickets; ++i) ws.tickets[i].store(0, std::memory_order_relaxed);
