@@ -64,7 +64,7 @@ struct FastStep::Workspace {
   std::unique_ptr<std::atomic<int64_t>[]> tickets;  // one per dynamic phase of a step
   int64_t n_tickets = 0;
   int64_t chunk_rows = 0;  // rows per dynamic chunk: whole row tiles of the matmul kernel
-  PackedMatrix dy_packed[2];  // alternate dy of consecutive weight gradients (emit_dy)
+  PackedMatrix dy_packed[2];  // alternate dy of consecutive weight gradients (begin_emit)
   int threads = 0;
 };
 
