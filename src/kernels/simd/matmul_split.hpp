@@ -15,8 +15,7 @@ struct MatmulShare {
 };
 
 // Splits the panels when that balances at least as well as splitting the rows (in whole row
-// blocks), else the rows; with prefer_rows, the other way round (matmul_at, where each worker
-// packs the rows of a it reads).
+// blocks), else the rows; with prefer_rows, the other way round (matmul_at_part says when).
 inline MatmulShare matmul_share(int64_t M, const PackedMatrix& b, int row_block, int w, int n,
                                 bool prefer_rows = false) {
   const int64_t blocks = (M + row_block - 1) / row_block;
@@ -43,10 +42,14 @@ inline void matmul_part(const Kernels& k, const float* a, int64_t lda, int64_t M
 }
 
 // Worker w of n's share of c [M, N] = a^T @ b, a [K, M] (row stride lda); scratch holds
-// k.matmul_at_scratch_floats(M) floats of this worker's own.
+// k.matmul_at_scratch_floats(M) floats of this worker's own. When both split evenly, rows if
+// M >= N (each worker reads all of b and packs only its columns of a), panels if b is the
+// wider (each worker reads its part of b and packs all of a): a worker reads K (N + M / n)
+// against K (M + N / n) floats. Training's gate/up and q/k/v gradients (M 256, N 1536 and 768)
+// split by panels measured 1.03-1.07x faster per 2-thread step (16 interleaved pairs).
 inline void matmul_at_part(const Kernels& k, const float* a, int64_t lda, int64_t M, const PackedMatrix& b,
                            float* c, int64_t ldc, float* scratch, int w, int n) {
-  const MatmulShare s = matmul_share(M, b, k.row_block, w, n, true);
+  const MatmulShare s = matmul_share(M, b, k.row_block, w, n, M >= b.N);
   if (s.row_begin < s.row_end && s.panel_begin < s.panel_end)
     k.matmul_at(a + s.row_begin, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
                 c + s.row_begin * ldc, ldc, scratch);
