@@ -63,7 +63,6 @@ struct FastStep::Workspace {
   int64_t attn_floats = 0;  // per worker, for attention_sequence and attention_backward
   std::unique_ptr<std::atomic<int64_t>[]> tickets;  // one per dynamic phase of a step
   int64_t n_tickets = 0;
-  int64_t chunk_rows = 0;  // rows per dynamic chunk: whole row tiles of the matmul kernel
   PackedMatrix dy_packed[2];  // alternate dy of consecutive weight gradients (begin_emit)
   int threads = 0;
 };
@@ -148,10 +147,6 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     // Forward: one phase before the layers, two per layer; backward: one, then six per layer.
     ws.n_tickets = 8 * static_cast<int64_t>(c.n_layers) + 2;
     ws.tickets = std::make_unique<std::atomic<int64_t>[]>(sz(ws.n_tickets));
-    // About 48 rows: a chunk's rows of the widest activation (gu, 2 d_ff) stay in L2 while its
-    // chain runs, and a step has enough chunks for the workers to even out (s256 on 2 threads:
-    // 96 rows measured about 4% slower, 24 the same).
-    ws.chunk_rows = (48 + k.row_block - 1) / k.row_block * k.row_block;
   }
   for (int64_t i = 0; i < ws.n_tickets; ++i) ws.tickets[i].store(0, std::memory_order_relaxed);
 
@@ -217,7 +212,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
            i = ticket.fetch_add(1, std::memory_order_relaxed))
         body(i);
     };
-    const int64_t chunk = ws.chunk_rows, chunks = (R + chunk - 1) / chunk;
+    // Rows per chunk: about 48, whole row tiles of the matmul kernel. A chunk's rows of the widest
+    // activation (gu, 2 d_ff) stay in L2 while its chain runs, and a step has enough chunks for
+    // the workers to even out (s256 on 2 threads: 96 rows measured about 4% slower, 24 the same).
+    const int64_t chunk = (48 + k.row_block - 1) / k.row_block * k.row_block, chunks = (R + chunk - 1) / chunk;
     auto for_row_chunks = [&](auto&& body) {  // body(r0, r1)
       for_items(chunks, [&](int64_t i) { body(i * chunk, std::min(R, (i + 1) * chunk)); });
     };
