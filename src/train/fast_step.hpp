@@ -28,6 +28,9 @@ class FastStep {
   float loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
                           std::span<const float> params, const int32_t* ids, int64_t rows, float* grad);
 
+  // The SIMD target this step runs (also the optimizer's passes on the fast path).
+  const simd::Kernels& kernels() const { return *kernels_; }
+
   struct Workspace;
 
  private:

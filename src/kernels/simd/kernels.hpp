@@ -9,6 +9,8 @@
 #include <memory>
 #include <new>
 
+#include "kernels/ref/optimizer.hpp"
+
 namespace lockstep::simd {
 
 // Floats aligned to 64 bytes, for packed weights and workspaces.
@@ -126,6 +128,18 @@ struct Kernels {
                              float* dv, int64_t dkv_stride, int64_t T, int32_t group, int32_t head_dim, float scale,
                              float* scratch) = nullptr;
   int64_t (*attention_backward_scratch)(int64_t T, int32_t group, int32_t head_dim) = nullptr;
+
+  // ---- the optimizer (twins in kernels/ref/optimizer.hpp) ----
+
+  // ref::adamw_update.
+  void (*adamw_update)(const ref::AdamWScalars& s, float grad_scale, const float* grad, const float* p,
+                       const float* m, const float* v, float* p_out, float* m_out, float* v_out,
+                       int64_t n) = nullptr;
+  // ref::ema_update.
+  void (*ema_update)(double decay, const float* ema, const float* p, float* ema_out, int64_t n) = nullptr;
+  // The block sums of ref::block_sum_of_squares for blocks [b_begin, b_end) of g [n], into
+  // sums[0, b_end - b_begin); adding them in increasing block order from +0 gives its result.
+  void (*block_sums_of_squares)(const float* g, int64_t n, int64_t b_begin, int64_t b_end, double* sums) = nullptr;
 };
 
 // Packs w [K, N] (row stride ldw) for `kernels`' matmul; with bf16_storage the values (which

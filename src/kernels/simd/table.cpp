@@ -26,6 +26,7 @@ void FillAttention(Kernels& k);
 void FillAttentionSequence(Kernels& k);
 void FillActivation(Kernels& k);
 void FillLoss(Kernels& k);
+void FillOptimizer(Kernels& k);
 
 const Kernels* GetKernels() {
   // Built once, then only read: a constant table, not state.
@@ -40,6 +41,7 @@ const Kernels* GetKernels() {
     FillAttentionSequence(k);
     FillActivation(k);
     FillLoss(k);
+    FillOptimizer(k);
     return k;
   }();
   return &table;
