@@ -110,6 +110,12 @@ def main():
             if gf and peak1:
                 print(f"  attention {label}, one s256 layer (8 rows x 8 heads, T 256), 1 thread: {gf / 1e9:.1f} GFLOP/s "
                       f"({100 * gf / peak1:.1f}% of the FMA peak)")
+        ref_pass = trn.get("BM_OptimizerPass/0")
+        fast_pass = trn.get("BM_OptimizerPass/1")
+        if ref_pass and fast_pass:
+            print(f"  optimizer pass over s256's parameters (clip sums, AdamW, EMA), 1 thread: "
+                  f"{fast_pass['real_time']:.1f} ms SIMD against {ref_pass['real_time']:.1f} ms ref "
+                  f"({ref_pass['real_time'] / fast_pass['real_time']:.2f}x)")
 
 
 if __name__ == "__main__":

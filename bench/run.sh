@@ -5,7 +5,7 @@
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
-#          the attention kernels forward and backward;
+#          the attention kernels forward and backward, and the optimizer's pass (SIMD / ref);
 #          serve: bench/serve_bench.py (socket round trips, batching).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ case "$WHAT" in
   forward|all) run_filter forward 'BM_FmaPeak|BM_Matmul|BM_Forward' ;;&
   decode|all) run_filter decode 'BM_FmaPeak/1|BM_Decode' ;;&
   train|all)
-    run_filter train 'BM_FmaPeak/1|BM_TrainStep|BM_Attention'
+    run_filter train 'BM_FmaPeak/1|BM_TrainStep|BM_Attention|BM_OptimizerPass'
     if /usr/bin/python3 -c "import torch" 2>/dev/null; then
       /usr/bin/python3 bench/torch_train.py --out "$OUT/torch.json" || echo "bench/run.sh: the PyTorch baseline failed" >&2
     fi
