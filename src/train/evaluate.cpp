@@ -11,10 +11,11 @@ namespace lockstep {
 namespace train {
 namespace {
 
-// Rows per forward call: about 4M logits at a time.
+// Rows per forward call: about 512K logits (2K positions of a byte model) at a time, so that a
+// call's scratch (every activation of its positions) stays small enough to be reused warm.
 int64_t group_rows(const ModelConfig& c, int64_t cols) {
   const int64_t per_row = std::max<int64_t>(1, (cols - 1) * c.vocab_size);
-  return std::max<int64_t>(1, (int64_t{1} << 22) / per_row);
+  return std::max<int64_t>(1, (int64_t{1} << 19) / per_row);
 }
 
 // Adds the losses of ids [rows, cols] to `total` in order; returns how many were added.

@@ -109,6 +109,21 @@ TEST(CliEval, PrintsTheMeanLossAndItsBits) {
   }
   EXPECT_EQ(e.loss_bits, std::bit_cast<uint32_t>(total / 99.0f));
 
+  // 5,001 bytes: 625 windows, more than one forward call's group (evaluate.cpp groups about
+  // 512K logits, 256 windows of this model), and the same bits as the windows one at a time.
+  const std::string long_text = test::text_data(5001, 6);
+  const ByteEvaluation grouped =
+      evaluate_bytes(*model, {reinterpret_cast<const uint8_t*>(long_text.data()), long_text.size()});
+  EXPECT_EQ(grouped.windows, 625);
+  float long_total = 0.0f;
+  for (int64_t start = 0; start < 5000; start += 8) {
+    std::vector<int32_t> ids(9);
+    for (int64_t t = 0; t < 9; ++t)
+      ids[static_cast<size_t>(t)] = static_cast<uint8_t>(long_text[static_cast<size_t>(start + t)]);
+    for (float l : model->token_losses({ids.data(), 1, 9})) long_total = long_total + l;
+  }
+  EXPECT_EQ(grouped.loss_bits, std::bit_cast<uint32_t>(long_total / 5000.0f));
+
   char bits[32];
   std::snprintf(bits, sizeof(bits), "(f32 bits 0x%08x)", e.loss_bits);
   for (const char* device : {"cpu", "reference"}) {
