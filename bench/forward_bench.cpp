@@ -9,12 +9,12 @@
 
 #include "core/rng.hpp"
 #include "core/thread_pool.hpp"
-#include "kernels/ref/optimizer.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/session.hpp"
 #include "lockstep/trainer.hpp"
+#include "train/optimizer_pass.hpp"
 
 #include <map>
 #include <mutex>
@@ -236,36 +236,22 @@ void BM_TrainStep(benchmark::State& state) {
 BENCHMARK(BM_TrainStep)->Args({0, 1})->Args({0, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The optimizer's pass over s256's parameters on one thread, as the trainer runs it with
-// clipping and an EMA: the gradient's block sums of squares, then AdamW and the EMA in pieces of
-// 4096. Arg 0: ref's loops (the reference device); 1: the best SIMD target's twins.
+// clipping and an EMA (train/optimizer_pass.hpp). Arg 0: ref's loops (the reference device);
+// 1: the best SIMD target's twins.
 void BM_OptimizerPass(benchmark::State& state) {
-  const bool fast = state.range(0) == 1;
-  const simd::Kernels& k = simd::best_kernels();
+  const simd::Kernels* k = state.range(0) == 1 ? &simd::best_kernels() : nullptr;
+  ThreadPool pool(1);
   const std::vector<float>& p = shape_parameters(0);
   const int64_t n = static_cast<int64_t>(p.size());
   const auto g = random_vector(n, 5);
   std::vector<float> m(p.size(), 1e-3f), v(p.size(), 1e-6f), ema = p, p_out(p.size()), m_out(p.size()),
       v_out(p.size()), ema_out(p.size());
-  const int64_t blocks = (n + ref::kNormBlock - 1) / ref::kNormBlock;
-  std::vector<double> sums(static_cast<size_t>(blocks));
-  const auto adamw = fast ? k.adamw_update : &ref::adamw_update;
-  const auto ema_update = fast ? k.ema_update : &ref::ema_update;
+  const train::OptimizerBuffers buffers{g.data(),     p.data(),     m.data(),     v.data(),      ema.data(),
+                                        p_out.data(), m_out.data(), v_out.data(), ema_out.data()};
+  const ref::AdamWScalars s = ref::adamw_scalars(3e-3f, 0.9f, 0.99f, 1e-8f, 0.05f, 10);
   for (auto _ : state) {
-    double sum_sq = 0.0;
-    if (fast) {
-      k.block_sums_of_squares(g.data(), n, 0, blocks, sums.data());
-      for (const double b : sums) sum_sq = sum_sq + b;
-    } else {
-      sum_sq = ref::block_sum_of_squares(g.data(), n);
-    }
-    const ref::AdamWScalars s = ref::adamw_scalars(3e-3f, 0.9f, 0.99f, 1e-8f, 0.05f, 10);
-    const float scale = ref::clip_scale(sum_sq, 1.0f);
-    for (int64_t i = 0; i < n; i += 4096) {
-      const int64_t c = std::min<int64_t>(4096, n - i);
-      adamw(s, scale, g.data() + i, p.data() + i, m.data() + i, v.data() + i, p_out.data() + i, m_out.data() + i,
-            v_out.data() + i, c);
-      ema_update(0.995, ema.data() + i, p_out.data() + i, ema_out.data() + i, c);
-    }
+    const float scale = ref::clip_scale(train::gradient_sum_of_squares(k, pool, 1, g.data(), n), 1.0f);
+    train::update_range(k, s, scale, 0.995, buffers, 0, n);
     benchmark::DoNotOptimize(ema_out.data());
   }
   state.counters["params"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);

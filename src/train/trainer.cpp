@@ -13,6 +13,7 @@
 #include "core/thread_pool.hpp"
 #include "kernels/ref/optimizer.hpp"
 #include "train/fast_step.hpp"
+#include "train/optimizer_pass.hpp"
 #include "train/reference_step.hpp"
 
 namespace lockstep {
@@ -191,23 +192,10 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   const int64_t t = s.completed + 1;
   // The reference device runs ref's loops; the fast one their SIMD twins (the same bits).
   const simd::Kernels* k = s.fast ? &s.fast->kernels() : nullptr;
-  float scale = 1.0f;
-  if (s.options.adamw.clip_norm > 0.0f) {
-    double sum_sq = 0.0;
-    if (!k) {
-      sum_sq = ref::block_sum_of_squares(g, static_cast<int64_t>(n));
-    } else {
-      // Blocks side by side across the pool, then added in increasing block order.
-      const int64_t blocks = (static_cast<int64_t>(n) + ref::kNormBlock - 1) / ref::kNormBlock;
-      std::vector<double> sums(static_cast<size_t>(blocks));
-      s.pool->run(workers, [&](int w, int nw) {
-        const auto [b, e] = static_range(blocks, w, nw);
-        k->block_sums_of_squares(g, static_cast<int64_t>(n), b, e, sums.data() + b);
-      });
-      for (const double block : sums) sum_sq = sum_sq + block;
-    }
-    scale = ref::clip_scale(sum_sq, s.options.adamw.clip_norm);
-  }
+  const float scale = s.options.adamw.clip_norm > 0.0f
+                          ? ref::clip_scale(train::gradient_sum_of_squares(k, *s.pool, workers, g, static_cast<int64_t>(n)),
+                                            s.options.adamw.clip_norm)
+                          : 1.0f;
   const AdamWOptions& o = s.options.adamw;
   const ref::AdamWScalars scalars = ref::adamw_scalars(rate, o.beta1, o.beta2, o.eps, o.weight_decay, t);
   s.next_params.resize(n);
@@ -216,18 +204,13 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   s.next_ema.resize(s.ema.size());
   const double ema_decay = s.options.ema_decay > 0.0f ? ema_decay_at(s.options.ema_decay, t) : 0.0;
   // Element-wise and independent: split across the pool (any split gives the same bits).
-  const auto adamw = k ? k->adamw_update : &ref::adamw_update;
-  const auto ema = k ? k->ema_update : &ref::ema_update;
+  const bool has_ema = !s.ema.empty();
+  const train::OptimizerBuffers buffers{g, s.params.data(), s.m.data(), s.v.data(), has_ema ? s.ema.data() : nullptr,
+                                        s.next_params.data(), s.next_m.data(), s.next_v.data(),
+                                        has_ema ? s.next_ema.data() : nullptr};
   s.pool->run(workers, [&](int w, int nw) {
     const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
-    // In pieces, so that the EMA reads the new weights while they are in cache.
-    constexpr int64_t kPiece = 4096;
-    for (int64_t i = b; i < e; i += kPiece) {
-      const int64_t m = std::min(kPiece, e - i);
-      adamw(scalars, scale, g + i, s.params.data() + i, s.m.data() + i, s.v.data() + i, s.next_params.data() + i,
-            s.next_m.data() + i, s.next_v.data() + i, m);
-      if (!s.ema.empty()) ema(ema_decay, s.ema.data() + i, s.next_params.data() + i, s.next_ema.data() + i, m);
-    }
+    train::update_range(k, scalars, scale, ema_decay, buffers, b, e);
   });
   for (const auto& [begin, end] : s.frozen) {
     std::copy(s.params.begin() + begin, s.params.begin() + end, s.next_params.begin() + begin);

@@ -12,6 +12,7 @@
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "support/test_util.hpp"
+#include "train/optimizer_pass.hpp"
 
 namespace lockstep {
 namespace {
@@ -63,24 +64,21 @@ TEST(OptimizerKernels, AdamWAndEmaEqualReference) {
   }
 }
 
-// The clipping norm as the trainer computes it: block sums split across 1, 2, 3 and 7 workers,
-// then added in block order, equal ref::block_sum_of_squares.
+// The clipping norm as the trainer computes it (train::gradient_sum_of_squares): block sums split
+// across 1, 2, 3 and 7 workers, then added in block order, equal ref::block_sum_of_squares.
 TEST(OptimizerKernels, BlockSumsOfSquaresEqualReferenceOnEverySplit) {
   constexpr int64_t B = ref::kNormBlock;
+  ThreadPool pool(7);
   uint64_t seed = 500;
   for (const Kernels* k : simd::supported_kernels()) {
     for (const int64_t n : {int64_t{1}, int64_t{17}, B - 1, B, B + 1, 4 * B, 5 * B + 17, 9 * B - 1, 13 * B}) {
-      const auto g = with_edges(test::random_floats(n, seed++, 3.0));
+      // Blocks of very different magnitudes, so that adding their sums in another order would
+      // round differently.
+      auto g = with_edges(test::random_floats(n, seed++, 3.0));
+      for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] *= static_cast<float>(std::pow(37.0, (i / B) % 5 - 2));
       const double want = ref::block_sum_of_squares(g.data(), n);
-      const int64_t blocks = (n + B - 1) / B;
       for (const int workers : {1, 2, 3, 7}) {
-        std::vector<double> sums(static_cast<size_t>(blocks), -1.0);
-        for (int w = 0; w < workers; ++w) {
-          const auto [b, e] = static_range(blocks, w, workers);
-          k->block_sums_of_squares(g.data(), n, b, e, sums.data() + b);
-        }
-        double got = 0.0;
-        for (const double block : sums) got = got + block;
+        const double got = train::gradient_sum_of_squares(k, pool, workers, g.data(), n);
         EXPECT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(want))
             << k->name << " n=" << n << " workers=" << workers;
       }
