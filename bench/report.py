@@ -43,6 +43,18 @@ def load(folder, name):
     return out
 
 
+def fastest_step(folder, name):
+    """The fastest single training step of any repetition of `name` (tokens/s), or None."""
+    path = os.path.join(folder, "train.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        runs = json.load(f).get("benchmarks", [])
+    rates = [float(b["tokens_fastest_step"]) for b in runs if b.get("run_type") != "aggregate"
+             and b["name"].split("/min_time")[0].replace("/real_time", "") == name and "tokens_fastest_step" in b]
+    return max(rates, default=None)
+
+
 def rate(b, counter):
     return float(b[counter]) if b and counter in b else None
 
@@ -91,16 +103,27 @@ def main():
     if trn:
         one = rate(trn.get("BM_TrainStep/0/1"), "tokens")
         two = rate(trn.get("BM_TrainStep/0/2"), "tokens")
+        fast1 = fastest_step(folder, "BM_TrainStep/0/1")
+        fast2 = fastest_step(folder, "BM_TrainStep/0/2")
         print("\ntraining s256 (batch 8 x 256, AdamW)  tokens/s:  1 thread   2 threads   2t/1t")
-        print(f"  lockstep {'':<36} {fmt(one):>9} {fmt(two):>10}   {fmt(two / one if one and two else None)}x")
+        def row(label, a, b, extra=""):
+            print(f"  {label:<44} {fmt(a):>9} {fmt(b):>10}{extra}")
+        row("lockstep, mean over steps", one, two, f"   {fmt(two / one if one and two else None)}x")
+        row("lockstep, fastest step", fast1, fast2)
         torch_path = os.path.join(folder, "torch.json")
         if os.path.exists(torch_path):
             t = json.load(open(torch_path))
-            print(f"  PyTorch {t.get('version', '')} ({t.get('blas', '')}) this run {'':<14} {fmt(t.get('1')):>9} {fmt(t.get('2')):>10}")
+            label = f"PyTorch {t.get('version', '')} ({t.get('blas', '')})"
+            row(label + ", mean", t.get("1"), t.get("2"))
+            row(label + ", fastest", t.get("1_fastest_step"), t.get("2_fastest_step"))
             if one and t.get("1"):
-                print(f"  lockstep / PyTorch: {one / t['1']:.2f}x on 1 thread" + (f", {two / t['2']:.2f}x on 2" if two and t.get('2') else ""))
+                print(f"  lockstep / PyTorch, means: {one / t['1']:.2f}x on 1 thread" + (f", {two / t['2']:.2f}x on 2" if two and t.get('2') else ""))
+            if fast1 and t.get("1_fastest_step"):
+                print(f"  lockstep / PyTorch, fastest steps: {fast1 / t['1_fastest_step']:.2f}x on 1 thread"
+                      + (f", {fast2 / t['2_fastest_step']:.2f}x on 2" if fast2 and t.get('2_fastest_step') else ""))
         print(f"  (the issue's PyTorch 1.13 + OpenBLAS figures: {TORCH_TRAIN[0]} / {TORCH_TRAIN[1]} tokens/s; "
-              f"lockstep / those: {fmt(one / TORCH_TRAIN[0] if one else None)}x / {fmt(two / TORCH_TRAIN[1] if two else None)}x)")
+              f"lockstep / those: means {fmt(one / TORCH_TRAIN[0] if one else None)}x / {fmt(two / TORCH_TRAIN[1] if two else None)}x, "
+              f"fastest steps {fmt(fast1 / TORCH_TRAIN[0] if fast1 else None)}x / {fmt(fast2 / TORCH_TRAIN[1] if fast2 else None)}x)")
         if peak1 and one:
             flops = 3 * forward_flops_per_token("s256")
             print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)")
