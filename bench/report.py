@@ -126,7 +126,8 @@ def main():
               f"fastest steps {fmt(fast1 / TORCH_TRAIN[0] if fast1 else None)}x / {fmt(fast2 / TORCH_TRAIN[1] if fast2 else None)}x)")
         if peak1 and one:
             flops = 3 * forward_flops_per_token("s256")
-            print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)")
+            print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)"
+                  + (f"; fastest step {fast1 * flops / 1e9:.1f} ({100 * fast1 * flops / peak1:.1f}%)" if fast1 else ""))
         for label, name in (("forward, 3 queries at a time (inference's prefill)", "BM_Attention/0"),
                             ("forward (training)", "BM_Attention/1"), ("backward", "BM_Attention/2")):
             gf = rate(trn.get(name), "flops")
