@@ -25,34 +25,31 @@ def forward_flops_per_token(shape, window=256):
     return matmul + attention
 
 
-def load(folder, name):
+def repetitions(folder, name):
+    """(benchmark name, run) for every repetition in folder/name.json, aggregates left out."""
     path = os.path.join(folder, name + ".json")
     if not os.path.exists(path):
-        return {}
+        return []
     with open(path) as f:
         data = json.load(f)
+    return [(b["name"].split("/min_time")[0].replace("/real_time", ""), b)
+            for b in data.get("benchmarks", []) if b.get("run_type") != "aggregate"]
+
+
+def load(folder, name):
     # With repetitions, the fastest of each: on a shared machine the slow ones measure the
     # neighbours, not the code.
     out = {}
-    for b in data.get("benchmarks", []):
-        if b.get("run_type") == "aggregate":
-            continue
-        name = b["name"].split("/min_time")[0].replace("/real_time", "")
-        if name not in out or b.get("real_time", 1e300) < out[name].get("real_time", 1e300):
-            out[name] = b
+    for bench, b in repetitions(folder, name):
+        if bench not in out or b.get("real_time", 1e300) < out[bench].get("real_time", 1e300):
+            out[bench] = b
     return out
 
 
-def fastest_step(folder, name):
-    """The fastest single training step of any repetition of `name` (tokens/s), or None."""
-    path = os.path.join(folder, "train.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        runs = json.load(f).get("benchmarks", [])
-    rates = [float(b["tokens_fastest_step"]) for b in runs if b.get("run_type") != "aggregate"
-             and b["name"].split("/min_time")[0].replace("/real_time", "") == name and "tokens_fastest_step" in b]
-    return max(rates, default=None)
+def fastest_step(folder, bench):
+    """The fastest single training step of any repetition of `bench` (tokens/s), or None."""
+    return max((float(b["tokens_fastest_step"]) for name, b in repetitions(folder, "train")
+                if name == bench and "tokens_fastest_step" in b), default=None)
 
 
 def rate(b, counter):
