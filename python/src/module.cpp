@@ -18,6 +18,7 @@ namespace lockstep::python {
 void bind_inference(py::module_& m);
 void bind_trainer(py::module_& m);
 void bind_session(py::module_& m);
+void bind_sampling(py::module_& m);
 
 namespace {
 
@@ -184,4 +185,5 @@ PYBIND11_MODULE(_lockstep, m) {
   bind_inference(m);
   bind_trainer(m);
   bind_session(m);
+  bind_sampling(m);
 }

@@ -1,10 +1,10 @@
-// lockstep generate: text from a prompt, streamed as it comes, through a session (each new token
-// costs one row of the model, not a whole window).
+// lockstep generate: text from a prompt, streamed as it comes, through the library's Generator
+// (each new token costs one row of the model, not a whole window; past the window the context
+// restarts as include/lockstep/generator.hpp defines).
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "lockstep/sampling.hpp"
-#include "lockstep/session.hpp"
+#include "lockstep/generator.hpp"
 
 namespace lockstep::cli {
 
@@ -16,6 +16,7 @@ Run add_generate(CLI::App& app) {
     float temperature = 0.0f, top_p = 1.0f;
     int32_t top_k = 0;
     uint64_t seed = 0;
+    bool no_truncate = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed as it comes");
@@ -27,6 +28,13 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("--top-p", f->top_p, "sample among the most likely bytes holding this mass (1: all)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "sampling seed: the same seed gives the same text")->capture_default_str();
   cmd->add_option("--stop", f->stop, "stop once the generated text ends with this");
+  cmd->add_flag("--no-truncate", f->no_truncate, "refuse a prompt longer than the window instead of keeping its end");
+  cmd->footer(
+      "Past the window (W bytes, the model's length) generation goes on: when the context is full, it\n"
+      "restarts from position 0 with its last W - floor(W/2) bytes (the newest one included), computed\n"
+      "afresh, so every token's logits are those of one full pass over its context. A prompt longer\n"
+      "than the window keeps its last W bytes (a notice says so on stderr), or is refused with\n"
+      "--no-truncate. docs/ARITHMETIC.md, \"Generation past the window\".");
   return [f] {
     const auto model = Model::load(f->model.path, f->model.load_options());
     if (model->config().vocab_size != 256)
@@ -36,19 +44,23 @@ Run add_generate(CLI::App& app) {
     g.sampling = {f->temperature, f->top_k, f->top_p, f->seed};
     g.max_tokens = f->tokens;
     g.stop = f->stop;
-    g.sampling.validate();
+    g.truncate_prompt = !f->no_truncate;
     std::vector<int32_t> prompt;
     for (unsigned char ch : f->prompt) prompt.push_back(ch);
-    Session session(model);
+    // Every check (options, prompt) happens here, before anything is printed.
+    Generator generator(model, prompt, g);
+    if (const int64_t dropped = generator.context().dropped_prompt_tokens(); dropped > 0)
+      std::fprintf(stderr,
+                   "generate: the prompt holds %zu bytes, more than the %d-byte window; generating from its last "
+                   "%d (--no-truncate refuses it instead)\n",
+                   prompt.size(), model->config().length, model->config().length);
     std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
     std::fflush(stdout);
-    const StopReason why = generate(session, prompt, g, [](int32_t token) {
-      std::fputc(token, stdout);
+    while (const std::optional<int32_t> token = generator.next()) {
+      std::fputc(*token, stdout);
       std::fflush(stdout);
-    });
+    }
     std::fputc('\n', stdout);
-    if (why == StopReason::window_full)
-      std::fprintf(stderr, "generate: stopped at the end of the %d-byte window\n", model->config().length);
     return 0;
   };
 }

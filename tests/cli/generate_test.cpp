@@ -1,7 +1,10 @@
 // lockstep generate and the sampling rules: the same seed gives the same text on any thread
-// count and either device; greedy is the model's argmax chain; --stop and the window end stop it.
+// count and either device; greedy is the model's argmax chain; --stop stops it; past the window
+// the context restarts as include/lockstep/generator.hpp defines; errors come before any output.
 #include <gtest/gtest.h>
 
+#include "core/sha256.hpp"
+#include "lockstep/generator.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/sampling.hpp"
 #include "support/test_util.hpp"
@@ -10,6 +13,10 @@ namespace lockstep {
 namespace {
 
 const std::string kBin = LOCKSTEP_BINARY;
+// SHA-256 of `lockstep generate examples/models/fortunes --prompt "The " -n 200 --temperature 0.8
+// --seed 1`'s standard output (the README's example, past the 128-byte window). It changes only
+// if the model, the arithmetic, the sampler or the window policy does.
+const std::string kFortunesGolden = "fd54d1f4d3c80cdf273c4d715f66e91c4cea5f50e13afefd9ad9120908530de4";
 
 std::string tiny_model(const test::TempDir& dir) {
   const auto r = test::run_command({kBin, "init", "--seed", "9", "--d-model", "16", "--n-layers", "2", "--n-heads", "2",
@@ -55,11 +62,11 @@ TEST(Generate, GreedyFollowsNextBytesAndStopsWhereAsked) {
   const std::string stop = want.substr(4, 2);
   r = test::run_command({kBin, "generate", m, "--prompt", "xy", "-n", "6", "--stop", stop});
   EXPECT_EQ(r.out.substr(0, r.out.size() - 1).substr(r.out.size() - 1 - stop.size()), stop);
-  // The window's end.
+  // Past the window: generation goes on (the context restarts; PastTheWindow* below).
   r = test::run_command({kBin, "generate", m, "--prompt", "xy", "-n", "100"});
-  EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out.size(), 24u + 1u + 1u) << "the prompt, bytes up to the window, one more chosen at its end, newline";
-  EXPECT_NE(r.err.find("stopped at the end of the 24-byte window"), std::string::npos) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.size(), 2u + 100u + 1u) << "the prompt, 100 bytes, newline";
+  EXPECT_EQ(r.err, "");
 }
 
 TEST(Generate, RefusesBadOptions) {
@@ -71,8 +78,145 @@ TEST(Generate, RefusesBadOptions) {
   EXPECT_NE(r.err.find("top-p must be in (0, 1]"), std::string::npos) << r.err;
   r = test::run_command({kBin, "generate", m, "--prompt", ""});
   EXPECT_NE(r.err.find("the prompt is empty"), std::string::npos) << r.err;
-  r = test::run_command({kBin, "generate", m, "--prompt", std::string(30, 'a')});
+  r = test::run_command({kBin, "generate", m, "--prompt", std::string(30, 'a'), "--no-truncate"});
   EXPECT_NE(r.err.find("the window is 24"), std::string::npos) << r.err;
+}
+
+// Errors come first: a bad option or prompt prints nothing on stdout (not even the prompt).
+TEST(Generate, ErrorsComeBeforeAnyOutput) {
+  test::TempDir dir;
+  const std::string m = tiny_model(dir);
+  const std::vector<std::vector<std::string>> bad = {
+      {"-n", "-5"},
+      {"--temperature", "-1"},
+      {"--top-p", "1.5"},
+      {"--top-k", "-2"},
+      {"--no-truncate"},  // with a prompt longer than the window
+  };
+  for (const auto& extra : bad) {
+    const std::string prompt = extra[0] == "--no-truncate" ? std::string(30, 'a') : "hello";
+    std::vector<std::string> argv = {kBin, "generate", m, "--prompt", prompt};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const auto r = test::run_command(argv);
+    EXPECT_EQ(r.status, 1) << extra[0];
+    EXPECT_EQ(r.out, "") << extra[0] << ": printed before the error";
+    EXPECT_NE(r.err.find("lockstep generate: error: "), std::string::npos) << r.err;
+  }
+  const auto r = test::run_command({kBin, "generate", m, "--prompt", "hello", "-n", "-5"});
+  EXPECT_NE(r.err.find("the token count must be >= 0, got -5"), std::string::npos) << r.err;
+}
+
+// A prompt longer than the window keeps its last `length` bytes, with a notice on stderr; the
+// whole prompt is still printed, and what follows is what the kept bytes alone give.
+TEST(Generate, ALongPromptKeepsItsLastWindow) {
+  test::TempDir dir;
+  const std::string m = tiny_model(dir);
+  const std::string prompt = "0123456789abcdefghijklmnopqrstuvwxyz";  // 36 bytes, window 24
+  const std::vector<std::string> opts = {"-n", "30", "--temperature", "0.9", "--seed", "4"};
+  std::vector<std::string> argv = {kBin, "generate", m, "--prompt", prompt};
+  argv.insert(argv.end(), opts.begin(), opts.end());
+  const auto r = test::run_command(argv);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("the prompt holds 36 bytes, more than the 24-byte window; generating from its last 24"),
+            std::string::npos)
+      << r.err;
+  argv[4] = prompt.substr(12);
+  const auto kept = test::run_command(argv);
+  ASSERT_EQ(kept.status, 0) << kept.err;
+  EXPECT_EQ(kept.err, "");
+  ASSERT_EQ(r.out.substr(0, prompt.size()), prompt);
+  EXPECT_EQ(r.out.substr(prompt.size()), kept.out.substr(24));
+}
+
+// The policy itself, on windows of odd, even and minimal size.
+TEST(GenerationContext, RestartsWithTheLastHalfRoundedUp) {
+  EXPECT_EQ(kept_on_restart(128), 64);
+  EXPECT_EQ(kept_on_restart(7), 4);
+  EXPECT_EQ(kept_on_restart(2), 1);
+  EXPECT_EQ(kept_on_restart(1), 1);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  GenerationContext c(7, prompt);
+  EXPECT_FALSE(c.push(6));
+  EXPECT_FALSE(c.push(7));
+  EXPECT_EQ(std::vector<int32_t>(c.tokens().begin(), c.tokens().end()), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(c.push(8));  // full: the last 3, then 8
+  EXPECT_EQ(std::vector<int32_t>(c.tokens().begin(), c.tokens().end()), (std::vector<int32_t>{5, 6, 7, 8}));
+  EXPECT_FALSE(c.push(9));
+  GenerationContext one(1, prompt);  // a prompt of 5 in a window of 1 keeps its last token
+  EXPECT_EQ(one.dropped_prompt_tokens(), 4);
+  EXPECT_TRUE(one.push(6));
+  EXPECT_EQ(std::vector<int32_t>(one.tokens().begin(), one.tokens().end()), (std::vector<int32_t>{6}));
+  EXPECT_THROW(GenerationContext(4, prompt, false), Error);
+  EXPECT_THROW(GenerationContext(4, std::vector<int32_t>{}), Error);
+}
+
+// The text past the window, computed independently: the test's own bookkeeping of where the
+// context starts (a restart keeps the newest W - floor(W/2) bytes once the context would pass W),
+// each step's logits from one full forward pass over the context, and the sampler.
+std::string reference_text(const Model& model, const std::string& prompt, const SamplingOptions& sampling, int n) {
+  const int32_t w = model.config().length;
+  std::vector<int32_t> text(prompt.begin(), prompt.end());
+  size_t start = text.size() > static_cast<size_t>(w) ? text.size() - static_cast<size_t>(w) : 0;
+  std::string out;
+  for (int step = 0; step < n; ++step) {
+    const std::vector<int32_t> context(text.begin() + static_cast<std::ptrdiff_t>(start), text.end());
+    EXPECT_LE(context.size(), static_cast<size_t>(w));
+    const std::vector<float> logits = model.logits({context.data(), 1, static_cast<int64_t>(context.size())});
+    const std::span<const float> last(logits.data() + (context.size() - 1) * 256, 256);
+    const int32_t token = sample_token(last, sampling, step);
+    out.push_back(static_cast<char>(token));
+    text.push_back(token);
+    if (text.size() - start > static_cast<size_t>(w)) start = text.size() - static_cast<size_t>(w - w / 2);
+  }
+  return out;
+}
+
+TEST(Generate, PastTheWindowMatchesAnIndependentRecomputation) {
+  // The README's example on the shipped model (window 128): 200 bytes, two restarts.
+  const std::string fortunes = std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/fortunes";
+  const auto r = test::run_command({kBin, "generate", fortunes, "--prompt", "The ", "-n", "200", "--temperature", "0.8",
+                                    "--seed", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  ASSERT_EQ(r.out.size(), 4u + 200u + 1u);
+  const auto model = Model::load(fortunes);
+  EXPECT_EQ(r.out, "The " + reference_text(*model, "The ", {0.8f, 0, 1.0f, 1}, 200) + "\n");
+  EXPECT_EQ(sha256_hex(r.out.data(), r.out.size()), kFortunesGolden) << r.out;
+
+  // The Generator's bookkeeping: a prefill for the prompt, then one per restart.
+  GenerateOptions g;
+  g.sampling = {0.8f, 0, 1.0f, 1};
+  g.max_tokens = 200;
+  const std::vector<int32_t> prompt = {'T', 'h', 'e', ' '};
+  Generator gen(model, prompt, g);
+  std::string text = "The ";
+  while (const auto token = gen.next()) text.push_back(static_cast<char>(*token));
+  EXPECT_EQ(text + "\n", r.out);
+  // 4 + 124 fill the window; then a restart every 65 tokens, where steps 125 and 190 push
+  // tokens 124 and 189; steps 191 to 199 grow the last context from 64 to 73 (the 200th token
+  // is never pushed).
+  EXPECT_EQ(gen.prefills(), 3);
+  EXPECT_EQ(gen.stop_reason(), StopReason::max_tokens);
+  EXPECT_EQ(gen.context().tokens().size(), 73u);
+}
+
+TEST(Generate, PastTheWindowWithTopKTopPAndStop) {
+  test::TempDir dir;
+  const std::string m = tiny_model(dir);  // window 24
+  const auto model = Model::load(m);
+  const auto r = test::run_command({kBin, "generate", m, "--prompt", "abcdefghijklmnopqrstuvwxyz0123", "-n", "90",
+                                    "--temperature", "1.3", "--top-k", "50", "--top-p", "0.9", "--seed", "11"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string want = reference_text(*model, "abcdefghijklmnopqrstuvwxyz0123", {1.3f, 50, 0.9f, 11}, 90);
+  EXPECT_EQ(r.out, "abcdefghijklmnopqrstuvwxyz0123" + want + "\n");
+  // --stop past the window ends right after the stop text.
+  const std::string stop = want.substr(60, 3);
+  const auto stopped = test::run_command({kBin, "generate", m, "--prompt", "abcdefghijklmnopqrstuvwxyz0123", "-n", "90",
+                                          "--temperature", "1.3", "--top-k", "50", "--top-p", "0.9", "--seed", "11",
+                                          "--stop", stop});
+  ASSERT_EQ(stopped.status, 0) << stopped.err;
+  const size_t end = want.find(stop) + stop.size();
+  EXPECT_EQ(stopped.out, "abcdefghijklmnopqrstuvwxyz0123" + want.substr(0, end) + "\n");
 }
 
 TEST(Sampling, IsAPureFunctionOfLogitsSeedAndStep) {
