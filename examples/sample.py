@@ -5,56 +5,42 @@
     python3 examples/sample.py --socket /tmp/model.sock --prompt "Once upon" --tokens 200 \\
         --temperature 0.8 --top-k 40 --seed 1
 
-Each step sends the window holding the text so far (the newest `length` bytes of it, padded
-with zeros after its end) and `at` = the position of its last byte, and draws the next byte from
-the logits the server answers there: greedy with --temperature 0, else softmax(logits / T) over
-the --top-k highest, drawn with Python's random.Random(--seed), so the same seed, prompt and
-model give the same text run after run. Bytes are decoded as UTF-8 as they arrive, an invalid
-sequence printed as U+FFFD.
+Each step sends the context (padded with zeros after its end) and `at` = the position of its
+last byte, and draws the next byte from the logits the server answers there with
+python/lockstep/sampling.py: the library's sampler (greedy at --temperature 0; else
+--top-k, --top-p and --seed) and its window policy, rewritten in standard-library Python with
+the same bits. So the text is exactly what `lockstep generate` (and Python's generate()) print
+with the same options: past the window, the context restarts from position 0 with its last
+half (docs/ARITHMETIC.md, "Generation past the window"); a prompt longer than the window keeps
+its last `length` bytes, with a notice on stderr (--no-truncate refuses it). The server's
+prefix cache computes only the positions it has not seen. Bytes are decoded as UTF-8 as they
+arrive, an invalid sequence printed as U+FFFD.
 
-Standard library only (the client uses numpy when present, but this loop does not need it).
+Standard library only: runs with any python3 3.8 or newer, numpy or not.
 """
 
 from __future__ import annotations
 
 import argparse
 import codecs
-import math
 import os
-import random
 import struct
 import sys
 
 try:
     from lockstep.client import Client, ServerError
+    from lockstep import sampling
 except ImportError:  # run from a checkout: python/ beside examples/
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     from lockstep.client import Client, ServerError
-
-
-def choose(logits: list, temperature: float, top_k: int, rng: random.Random) -> int:
-    """The next token: argmax (ties to the lowest id, NaN never) when temperature is 0, else a
-    draw from softmax(logits / temperature) restricted to the top_k highest (0: all)."""
-    candidates = [(v, i) for i, v in enumerate(logits) if not math.isnan(v)]
-    if not candidates:
-        raise ValueError("every logit is NaN")
-    candidates.sort(key=lambda vi: (-vi[0], vi[1]))
-    if temperature <= 0:
-        return candidates[0][1]
-    if top_k > 0:
-        candidates = candidates[:top_k]
-    top = candidates[0][0]
-    weights = [math.exp((v - top) / temperature) for v, _ in candidates]
-    r = rng.random() * sum(weights)
-    for w, (_, i) in zip(weights, candidates):
-        r -= w
-        if r < 0:
-            return i
-    return candidates[-1][1]
+    from lockstep import sampling
 
 
 def sample(client: Client, prompt: bytes, tokens: int, temperature: float, top_k: int, seed: int,
-           out=sys.stdout) -> bytes:
+           out=sys.stdout, top_p: float = 1.0, stop: bytes = b"", truncate: bool = True,
+           err=sys.stderr) -> bytes:
+    """Prints the prompt and the bytes sampled after it; returns them all. Every check (the
+    server's inputs and outputs, the options, the prompt) comes before anything is printed."""
     names = [s.name for s in client.inputs]
     if names[-1:] != ["at"] or len(client.inputs) != 2:
         raise SystemExit("sample.py: serve the model with --at (its inputs are " + ", ".join(names) + ")")
@@ -71,20 +57,28 @@ def sample(client: Client, prompt: bytes, tokens: int, temperature: float, top_k
         if s.name == "logits":
             break
         offset += s.nbytes
-    if not prompt:
-        raise SystemExit("sample.py: the prompt is empty; give at least one byte")
+    try:
+        sampling.validate(sampling.round_f32(temperature), top_k, sampling.round_f32(top_p), seed)
+        if tokens < 0:
+            raise ValueError(f"the token count must be >= 0, got {tokens}")
+        context = sampling.GenerationContext(length, prompt, truncate)
+    except ValueError as e:
+        raise SystemExit(f"sample.py: {e}")
+    if context.dropped_prompt_tokens:
+        err.write(f"sample.py: the prompt holds {len(prompt)} bytes, more than the {length}-byte window; "
+                  f"generating from its last {length} (--no-truncate refuses it instead)\n")
+
+    def logits_of(ids):
+        at = len(ids) - 1
+        payload = struct.pack(f"<{length}i", *ids, *([0] * (length - len(ids)))) + struct.pack("<i", at)
+        raw = client.call_raw(payload)  # with --at, each output holds position `at` alone
+        return list(struct.unpack_from(f"<{vocab}f", raw, offset))
+
     text = bytearray(prompt)
-    rng = random.Random(seed)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out.write(decoder.decode(bytes(text)))
     out.flush()
-    for _ in range(tokens):
-        context = text[-length:]
-        ids = list(context) + [0] * (length - len(context))
-        payload = struct.pack(f"<{length}i", *ids) + struct.pack("<i", len(context) - 1)
-        raw = client.call_raw(payload)
-        logits = list(struct.unpack_from(f"<{vocab}f", raw, offset))
-        token = choose(logits, temperature, top_k, rng)
+    for token in sampling.generate_tokens(logits_of, context, tokens, temperature, top_k, top_p, seed, stop):
         if token > 255:
             raise SystemExit(f"sample.py: token {token} is not a byte; this loop samples byte models")
         text.append(token)
@@ -102,13 +96,16 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=200, help="bytes to sample")
     p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     p.add_argument("--top-k", type=int, default=40, help="draw among the k highest; 0: all")
-    p.add_argument("--seed", type=int, default=0, help="seed of the draw")
+    p.add_argument("--top-p", type=float, default=1.0, help="draw among the highest holding this mass; 1: all")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draw (0 to 2^64 - 1)")
+    p.add_argument("--stop", default="", help="stop once the sampled text ends with this")
+    p.add_argument("--no-truncate", action="store_true",
+                   help="refuse a prompt longer than the window instead of keeping its end")
     a = p.parse_args(argv)
-    if a.tokens < 0 or a.temperature < 0 or a.top_k < 0:
-        p.error("--tokens, --temperature and --top-k must not be negative")
     try:
         with Client(a.socket) as client:
-            sample(client, a.prompt.encode("utf-8"), a.tokens, a.temperature, a.top_k, a.seed)
+            sample(client, a.prompt.encode("utf-8"), a.tokens, a.temperature, a.top_k, a.seed,
+                   top_p=a.top_p, stop=a.stop.encode("utf-8"), truncate=not a.no_truncate)
     except ServerError as e:
         print(f"sample.py: the server refused a call: {e}", file=sys.stderr)
         return 1
