@@ -94,9 +94,9 @@ def main(argv=None) -> int:
     p.add_argument("--socket", required=True, help="the socket `lockstep serve --at` listens on")
     p.add_argument("--prompt", default="\n", help="the text to continue (UTF-8)")
     p.add_argument("--tokens", type=int, default=200, help="bytes to sample")
-    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    p.add_argument("--temperature", type=sampling.f32_from_text, default=0.8, help="0: greedy")
     p.add_argument("--top-k", type=int, default=40, help="draw among the k highest; 0: all")
-    p.add_argument("--top-p", type=float, default=1.0, help="draw among the highest holding this mass; 1: all")
+    p.add_argument("--top-p", type=sampling.f32_from_text, default=1.0, help="draw among the highest holding this mass; 1: all")
     p.add_argument("--seed", type=int, default=0, help="seed of the draw (0 to 2^64 - 1)")
     p.add_argument("--stop", default="", help="stop once the sampled text ends with this")
     p.add_argument("--no-truncate", action="store_true",

@@ -15,10 +15,12 @@ error (TwoSum) and rounded once (``fma_f32``).
 from __future__ import annotations
 
 import math
+import re
 import struct
+from fractions import Fraction
 
 __all__ = [
-    "round_f32", "fma_f32", "exp_f32", "philox4x32", "random_open01", "greedy_choice",
+    "round_f32", "f32_from_text", "fma_f32", "exp_f32", "philox4x32", "random_open01", "greedy_choice",
     "validate", "sample_token", "kept_on_restart", "GenerationContext", "generate_tokens",
 ]
 
@@ -37,6 +39,38 @@ def round_f32(x: float) -> float:
     if abs(x) >= _OVERFLOW:
         return math.copysign(_INF, x)
     return _F32.unpack(_F32.pack(x))[0]
+
+
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_SPECIAL = re.compile(r"[+-]?(inf|infinity|nan)", re.IGNORECASE)
+
+
+def f32_from_text(text: str) -> float:
+    """A decimal's text rounded once to the nearest f32, as `lockstep generate` reads
+    --temperature and --top-p (std::from_chars). Parsing to binary64 first and rounding that
+    could round twice (1.0000000596046447753914720329472543003390683225006796419620513916015625
+    would give 1, not 1 + 2^-23). ValueError for anything else, or a value outside f32's range."""
+    if _SPECIAL.fullmatch(text):
+        return float(text)
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(f"'{text}' is not a number")
+    q = Fraction(text[1:] if text.startswith("+") else text)
+    if q == 0:
+        return math.copysign(0.0, -1.0 if text.startswith("-") else 1.0)
+    sign = -1.0 if q < 0 else 1.0
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()  # 2^e <= q < 2^(e + 1)
+    if Fraction(2) ** e > q:
+        e -= 1
+    ulp = Fraction(2) ** (max(e, -126) - 23)
+    m = q / ulp
+    whole, rest = divmod(m.numerator, m.denominator)
+    if 2 * rest > m.denominator or (2 * rest == m.denominator and whole % 2 == 1):
+        whole += 1
+    value = whole * ulp
+    if whole == 0 or value >= 2 ** 128:
+        raise ValueError(f"{text} is out of the f32 range")
+    return sign * float(value)
 
 
 def _bits(x: float) -> int:

@@ -88,6 +88,24 @@ def test_every_front_end_gives_one_text(extension, fortunes_server, prompt, n, t
         assert hashlib.sha256(cli.stdout).hexdigest() == FORTUNES_GOLDEN
 
 
+def test_options_given_as_text_round_once_to_f32(extension, fortunes_server):
+    """Both the command and sample.py round a decimal's text once to f32. This --top-p sits just
+    above the midpoint between 1 and 1 + 2^-23: rounded once it is 1 + 2^-23, out of range, while
+    parsing to binary64 (or long double) first and rounding that would give 1 and accept it."""
+    above = "1.0000000596046447753914720329472543003390683225006796419620513916015625"
+    midpoint = "1.000000059604644775390625"  # ties to even: 1
+    assert twin.f32_from_text(above) == 1 + 2 ** -23 and twin.round_f32(float(above)) == 1.0
+    assert twin.f32_from_text(midpoint) == 1.0
+    for run in (lambda p: cli_generate(FORTUNES, "The ", 40, 0.9, 0, p, 4),
+                lambda p: sample_py(fortunes_server.sock, "The ", 40, 0.9, 0, p, 4)):
+        refused = run(above)
+        assert refused.returncode != 0 and refused.stdout == b""
+        assert b"top-p must be in (0, 1]" in refused.stderr
+        accepted = run(midpoint)
+        assert accepted.returncode == 0, accepted.stderr
+        assert accepted.stdout == cli_generate(FORTUNES, "The ", 40, 0.9, 0, 1.0, 4).stdout
+
+
 def test_generate_past_the_window_is_the_policy(lm):
     """generate() against the policy recomputed here: the twin's context bookkeeping, one full
     logits() pass over the context per step, the twin's sampler."""

@@ -1,19 +1,37 @@
 // lockstep generate: text from a prompt, streamed as it comes, through the library's Generator
 // (each new token costs one row of the model, not a whole window; past the window the context
 // restarts as include/lockstep/generator.hpp defines).
+#include <charconv>
 #include <cstdio>
 
 #include "cli/commands.hpp"
 #include "lockstep/generator.hpp"
 
 namespace lockstep::cli {
+namespace {
+
+// A decimal (or "inf", "nan") rounded once to the nearest f32, as examples/sample.py rounds it
+// (lockstep.sampling.f32_from_text), so that both sample with the same bits for any text.
+float f32_from_text(const std::string& text, const char* flag) {
+  const char* begin = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+  const char* end = text.data() + text.size();
+  float value = 0.0f;
+  const auto [stop, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range)
+    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": " + text + " is out of the f32 range");
+  if (ec != std::errc() || stop != end || begin == end)
+    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": '" + text + "' is not a number");
+  return value;
+}
+
+}  // namespace
 
 Run add_generate(CLI::App& app) {
   struct Flags {
     ModelFlags model;
     std::string prompt, stop;
     int32_t tokens = 64;
-    float temperature = 0.0f, top_p = 1.0f;
+    std::string temperature = "0", top_p = "1";  // parsed by f32_from_text
     int32_t top_k = 0;
     uint64_t seed = 0;
     bool no_truncate = false;
@@ -41,7 +59,7 @@ Run add_generate(CLI::App& app) {
       throw Error(ErrorKind::unsupported, "generate writes bytes; this model's vocabulary has " +
                                               std::to_string(model->config().vocab_size) + " ids");
     GenerateOptions g;
-    g.sampling = {f->temperature, f->top_k, f->top_p, f->seed};
+    g.sampling = {f32_from_text(f->temperature, "--temperature"), f->top_k, f32_from_text(f->top_p, "--top-p"), f->seed};
     g.max_tokens = f->tokens;
     g.stop = f->stop;
     g.truncate_prompt = !f->no_truncate;

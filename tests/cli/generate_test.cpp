@@ -91,6 +91,11 @@ TEST(Generate, ErrorsComeBeforeAnyOutput) {
       {"--temperature", "-1"},
       {"--top-p", "1.5"},
       {"--top-k", "-2"},
+      {"--temperature", "0.8x"},
+      {"--top-p", "1e-50"},
+      // Just above the midpoint of 1 and 1 + 2^-23: rounded once to f32 it is above 1 (parsed to
+      // long double and rounded again it would be 1).
+      {"--top-p", "1.0000000596046447753914720329472543003390683225006796419620513916015625"},
       {"--no-truncate"},  // with a prompt longer than the window
   };
   for (const auto& extra : bad) {
@@ -104,6 +109,8 @@ TEST(Generate, ErrorsComeBeforeAnyOutput) {
   }
   const auto r = test::run_command({kBin, "generate", m, "--prompt", "hello", "-n", "-5"});
   EXPECT_NE(r.err.find("the token count must be >= 0, got -5"), std::string::npos) << r.err;
+  const auto text = test::run_command({kBin, "generate", m, "--prompt", "hello", "--temperature", "0.8x"});
+  EXPECT_NE(text.err.find("--temperature: '0.8x' is not a number"), std::string::npos) << text.err;
 }
 
 // A prompt longer than the window keeps its last `length` bytes, with a notice on stderr; the
