@@ -41,9 +41,9 @@ Run add_generate(CLI::App& app) {
   f->model.add_to(*cmd);
   cmd->add_option("--prompt", f->prompt, "the prompt's text (its bytes are the first tokens)")->required();
   cmd->add_option("-n,--tokens", f->tokens, "the most tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", f->temperature, "0: greedy; higher: more varied")->capture_default_str();
+  cmd->add_option("--temperature", f->temperature, "0: greedy; higher: more varied")->type_name("FLOAT")->capture_default_str();
   cmd->add_option("--top-k", f->top_k, "sample among the k most likely bytes (0: all)")->capture_default_str();
-  cmd->add_option("--top-p", f->top_p, "sample among the most likely bytes holding this mass (1: all)")->capture_default_str();
+  cmd->add_option("--top-p", f->top_p, "sample among the most likely bytes holding this mass (1: all)")->type_name("FLOAT")->capture_default_str();
   cmd->add_option("--seed", f->seed, "sampling seed: the same seed gives the same text")->capture_default_str();
   cmd->add_option("--stop", f->stop, "stop once the generated text ends with this");
   cmd->add_flag("--no-truncate", f->no_truncate, "refuse a prompt longer than the window instead of keeping its end");

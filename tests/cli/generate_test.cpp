@@ -247,5 +247,29 @@ TEST(Sampling, IsAPureFunctionOfLogitsSeedAndStep) {
   }
 }
 
+// Infinite logits: a logit equal to the highest weighs exactly 1, so +inf ids share the draw
+// and the rest weigh 0; all -inf is a uniform draw (before, their weights were NaN and top-p
+// kept no candidate at all).
+TEST(Sampling, InfiniteLogitsGiveWeightsNotNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {1.0f, inf, 2.0f, inf, -inf};
+  std::vector<int> counts(5, 0);
+  for (int64_t step = 0; step < 400; ++step) {
+    SampleTrace trace;
+    const int32_t t = sample_token(logits, {1.0f, 0, 0.75f, 3}, step, &trace);
+    ASSERT_TRUE(t == 1 || t == 3) << t;
+    ++counts[static_cast<size_t>(t)];
+    EXPECT_EQ(trace.candidates, (std::vector<int32_t>{1, 3}));
+    EXPECT_EQ(trace.weights, (std::vector<float>{1.0f, 1.0f}));
+    EXPECT_EQ(trace.total, 2.0);
+  }
+  EXPECT_GT(counts[1], 100);
+  EXPECT_GT(counts[3], 100);
+  const std::vector<float> none(4, -inf);
+  std::vector<int> seen(4, 0);
+  for (int64_t step = 0; step < 400; ++step) ++seen[static_cast<size_t>(sample_token(none, {0.5f, 0, 1.0f, 3}, step))];
+  for (int c : seen) EXPECT_GT(c, 50);
+}
+
 }  // namespace
 }  // namespace lockstep
