@@ -42,8 +42,9 @@ const char* signal_name(int signo) {
   }
 }
 
+// Plain digits, no separators: scripts parse these lines with `(\d+) calls in (\d+) runs`.
 std::string count(uint64_t n, const char* one, const char* many) {
-  return with_commas(static_cast<int64_t>(n)) + " " + (n == 1 ? one : many);
+  return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
 // The stop signals. They are blocked in every thread (so before any thread starts, which then

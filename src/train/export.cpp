@@ -12,6 +12,7 @@
 #include "lockstep/format.hpp"
 #include "lockstep/training_run.hpp"
 #include "train/checkpoint.hpp"
+#include "train/frozen_loads.hpp"
 
 namespace lockstep {
 namespace {
@@ -78,6 +79,9 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
       throw Error(ErrorKind::invalid_argument,
                   options.run_file + ": its model configuration differs from the checkpoint's (" + resolved.model_dir +
                       "/" + train::kRunFileCopy + "); export runs the model the checkpoint trained");
+    // A frozen parameter's values come from its file: the run file must name the checkpoint's.
+    train::check_same_loads(ck.model.loaded, train::read_frozen_loads(run, ParameterRegistry(run.model)).recorded,
+                     "cannot export " + resolved.model_dir + " with " + options.run_file + ": ");
     result.moved_lines = moved_lines(ck.run_text, run.text);
   }
   const bool averaged = !options.trained && !ck.state.ema.empty();

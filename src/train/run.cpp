@@ -26,6 +26,7 @@
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
 #include "train/evaluate.hpp"
+#include "train/frozen_loads.hpp"
 #include "train/metrics.hpp"
 
 namespace lockstep {
@@ -108,21 +109,7 @@ void check_resumable(const RunSpec& run, const Checkpoint& ck,
     throw Error(ErrorKind::invalid_argument,
                 head + (ck.state.ema.empty() ? "the checkpoint keeps no EMA but the run file sets :ema"
                                              : "the checkpoint keeps an EMA but the run file's :ema is 0"));
-  auto loaded_text = [](const std::vector<format::LoadedTensor>& list) {
-    std::string s;
-    for (const auto& l : list)
-      s += (s.empty() ? "" : ", ") + l.name + " from '" + l.file + "' (" + l.sha256.substr(0, 12) + ")";
-    return s.empty() ? std::string("none") : s;
-  };
-  bool same_loaded = ck.model.loaded.size() == loaded.size();
-  for (size_t i = 0; same_loaded && i < loaded.size(); ++i) {
-    const auto &a = ck.model.loaded[i], &b = loaded[i];
-    same_loaded = a.name == b.name && a.file == b.file && a.tensor == b.tensor && a.sha256 == b.sha256;
-  }
-  if (!same_loaded)
-    throw Error(ErrorKind::invalid_argument,
-                head + "the :load parameters differ: " + loaded_text(ck.model.loaded) + " there, " +
-                    loaded_text(loaded) + " here");
+  check_same_loads(ck.model.loaded, loaded, head);
   const auto& now = data.files();
   bool same_data = ck.data.size() == now.size();
   for (size_t i = 0; same_data && i < now.size(); ++i)
@@ -169,18 +156,9 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
 
   // Everything read before anything is written: bad data or a bad :load file changes nothing.
   const TrainingData data(run.data, run.held_out_ppm, config);
-  std::vector<format::LoadedTensor> loaded;
-  std::vector<std::vector<float>> loaded_values;
-  for (const FrozenLoad& l : run.load) {
-    const ParameterInfo& e = registry.at(l.parameter);
-    try {
-      format::TensorFromFile t = format::read_tensor_file(l.file, l.tensor, e.shape);
-      loaded.push_back({l.parameter, l.file, l.tensor, t.file_sha256});
-      loaded_values.push_back(std::move(t.values));
-    } catch (const Error& err) {
-      throw rephrased(err, ":load of '" + l.parameter + "': " + err.what());
-    }
-  }
+  FrozenLoads frozen = read_frozen_loads(run, registry);
+  const std::vector<format::LoadedTensor>& loaded = frozen.recorded;
+  std::vector<std::vector<float>>& loaded_values = frozen.values;
 
   if (options.resume && !format::is_directory(dir))
     throw Error(ErrorKind::invalid_argument,

@@ -228,15 +228,12 @@ std::string call_input(const std::vector<int32_t>& ids, std::optional<int32_t> a
 }
 
 std::pair<int64_t, int64_t> stop_counts(const std::string& out, const std::string& signal_name) {
+  // Plain integers (docs/PROTOCOL.md): a count with a thousands separator does not match.
   const std::regex re("lockstep serve: stopped by " + signal_name +
-                      ", ([0-9,]+) calls? in ([0-9,]+) runs?, [0-9,]+ rows? computed, [0-9,]+ rows? reused\n");
+                      ", ([0-9]+) calls? in ([0-9]+) runs?, [0-9]+ rows? computed, [0-9]+ rows? reused\n");
   std::smatch m;
   if (!std::regex_search(out, m, re)) return {-1, -1};
-  auto number = [](std::string s) {
-    std::erase(s, ',');
-    return std::stoll(s);
-  };
-  return {number(m[1]), number(m[2])};
+  return {std::stoll(m[1]), std::stoll(m[2])};
 }
 
 }  // namespace lockstep::test

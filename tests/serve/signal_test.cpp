@@ -57,6 +57,20 @@ TEST(ServeStop, AStopWithNoCallsPrintsZeroAndTheSingularReadsRight) {
   EXPECT_NE(one.out().find("lockstep serve: stopped by SIGTERM, 1 call in 1 run, "), std::string::npos);
 }
 
+// Past a thousand calls the stop line still holds plain integers, as scripts parse it.
+TEST(ServeStop, TheStopLinesCountsArePlainIntegersPastAThousand) {
+  TempDir dir;
+  const std::string model_dir = make_tiny_model(dir), sock = dir / "s.sock";
+  ServerProcess server({model_dir, "--socket", sock, "--at"});
+  ASSERT_TRUE(server.running()) << server.err();
+  RawClient c(sock);
+  const auto ids = random_ids(32, 256, 5);
+  for (int i = 0; i < 1001; ++i) ASSERT_EQ(c.call(call_input(ids, i % 32))[0], '\0') << i;
+  EXPECT_EQ(server.stop(SIGTERM), 128 + SIGTERM);
+  EXPECT_EQ(stop_counts(server.out(), "SIGTERM").first, 1001) << server.out();
+  EXPECT_NE(server.out().find("lockstep serve: stopped by SIGTERM, 1001 calls in "), std::string::npos) << server.out();
+}
+
 // Calls read before the signal are answered, even those still waiting for the model: slow runs
 // on the reference device, one at a time, from several clients at once.
 TEST(ServeStop, CallsAlreadyReadAreAnsweredBeforeItStops) {

@@ -163,5 +163,43 @@ TEST(FrozenLoad, RefusesABadFileBeforeTraining) {
   EXPECT_NE(m.find(":load of 'embed': " + dir / "junk.safetensors" + ": truncated"), std::string::npos) << m;
 }
 
+// Export runs the checkpoint's model: a run file whose :load set differs (another file, one added or
+// removed) is refused as resuming refuses it, naming the parameter and the files; the same set
+// exports the frozen tensor's bits.
+TEST(FrozenLoad, ExportRefusesARunFileWhoseLoadsDiffer) {
+  test::TempDir dir;
+  const std::vector<float> frozen = write_frozen(dir / "frozen.safetensors", "embed", 4);
+  write_frozen(dir / "other.safetensors", "embed", 5);
+  const std::string with_load = "((embed \"" + dir / "frozen.safetensors" + "\"))";
+  const std::string run = test::write_tiny_run(dir, {{":load", with_load}, {":steps", "2"}, {":eval-every", "0"}});
+  const std::string run_text = test::read_file(run);
+  const auto trained = test::run_command({kBin, "train", run, "--checkpoint-dir", dir / "ck", "--cpu-cores", "1"});
+  ASSERT_EQ(trained.status, 0) << trained.err;
+  auto export_with = [&](const std::string& name, const std::string& text) {
+    const std::string edited = dir / (name + ".sx");
+    test::write_file(edited, text);
+    return test::run_command({kBin, "export", edited, "--checkpoint", dir / "ck", "-o", dir / ("out-" + name)});
+  };
+  const auto other = export_with(
+      "other", std::string(run_text).replace(run_text.find(with_load), with_load.size(),
+                                             "((embed \"" + dir / "other.safetensors" + "\"))"));
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.err.find("the :load parameters differ: embed from '" + dir / "frozen.safetensors"),
+            std::string::npos)
+      << other.err;
+  EXPECT_NE(other.err.find("embed from '" + dir / "other.safetensors" + "'"), std::string::npos) << other.err;
+  EXPECT_FALSE(format::path_exists(dir / "out-other"));
+  std::string removed_text = run_text;
+  removed_text.erase(removed_text.find(":load"), std::string(":load ").size() + with_load.size());
+  const auto removed = export_with("removed", removed_text);
+  EXPECT_NE(removed.status, 0);
+  EXPECT_NE(removed.err.find("' (" ), std::string::npos) << removed.err;
+  EXPECT_NE(removed.err.find(" there, none here"), std::string::npos) << removed.err;
+  EXPECT_FALSE(format::path_exists(dir / "out-removed"));
+  const auto same = export_with("same", run_text);
+  ASSERT_EQ(same.status, 0) << same.err;
+  EXPECT_TRUE(test::same_bits(embed_of(*Model::load(dir / "out-same")), frozen));
+}
+
 }  // namespace
 }  // namespace lockstep
