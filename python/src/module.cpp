@@ -12,6 +12,7 @@
 #include "lockstep/config.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/os_error.hpp"
 
 namespace lockstep::python {
 
@@ -21,10 +22,17 @@ void bind_session(py::module_& m);
 
 namespace {
 
-// invalid_argument and format: ValueError; type: TypeError; io: OSError; the rest RuntimeError.
+// invalid_argument and format: ValueError; type: TypeError; io: OSError, or the subclass its
+// errno names when the system gave one (OSError(errno, message) picks FileNotFoundError,
+// PermissionError, FileExistsError, ...); the rest RuntimeError.
 void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
+  } catch (const OsError& e) {
+    PyObject* error = PyObject_CallFunction(PyExc_OSError, "is", e.error_number(), e.what());
+    if (!error) return;  // the call's own exception (MemoryError) stands
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error)), error);
+    Py_DECREF(error);
   } catch (const Error& e) {
     PyObject* type = PyExc_RuntimeError;
     switch (e.kind()) {
@@ -141,14 +149,14 @@ ValueError naming the field.
           "n_total", [](const ModelConfig& c) { return ParameterRegistry(c).total(); },
           "The number of float32 values of the flat parameter vector.")
       .def("__eq__",
-           [](const ModelConfig& a, py::handle b) -> py::object {
+           [](const ModelConfig& a, const py::object& b) -> py::object {
              if (!py::isinstance<ModelConfig>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
              return py::bool_(a == b.cast<ModelConfig>());
            })
       .def("__hash__", [](const ModelConfig& c) { return py::hash(key(c)); })
       .def("__repr__", [](const ModelConfig& c) { return repr(c); })
       .def("__copy__", [](const ModelConfig& c) { return c; })
-      .def("__deepcopy__", [](const ModelConfig& c, py::handle) { return c; })
+      .def("__deepcopy__", [](const ModelConfig& c, const py::dict&) { return c; })
       .def(py::pickle([](const ModelConfig& c) { return key(c); },
                       [](py::tuple t) {
                         if (t.size() != 10) throw py::value_error("LanguageModelConfig: bad pickled state");

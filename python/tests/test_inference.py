@@ -151,7 +151,7 @@ def test_from_checkpoint_paths(extension, lm, model_dir, tmp_path):
 
 def test_from_checkpoint_refusals(extension, model_dir, tmp_path):
     Inference = extension.LanguageModelInference
-    with pytest.raises(OSError, match="no such file or directory"):
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
         Inference.from_checkpoint(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="no model.json"):
         Inference.from_checkpoint(str(tmp_path))
@@ -444,7 +444,10 @@ def test_call_option_refusals(lm):
     batch = random_ids(13, BATCH, LENGTH + 1)
     with pytest.raises(ValueError, match=r"threads must be in \[1, 1024\]"):
         lm.loss_bits(batch, threads=-1)
-    assert lm.loss_bits(batch, threads=np.int64(1024)) == lm.loss_bits(batch)
+    assert lm.loss_bits(batch, threads=1024) == lm.loss_bits(batch)
+    # Document 004's rule: a Python int; a numpy integer is refused (test_numbers_at_the_edges).
+    with pytest.raises(TypeError, match="threads must be an int or None; got int64"):
+        lm.loss_bits(batch, threads=np.int64(1024))
 
 
 def test_ids_of_any_integer_layout(lm):
