@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "arg_types.hpp"
 #include "convert.hpp"
 #include "lockstep/config.hpp"
 #include "lockstep/error.hpp"
@@ -48,11 +49,16 @@ void translate(std::exception_ptr p) {
   }
 }
 
-int32_t dimension(const char* name, int64_t value) {
-  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
-    throw py::value_error(std::string("model config: ") + name + " = " + std::to_string(value) +
+// A dimension: an int (numpy integers too, not a bool; TypeError otherwise) that int32 holds
+// (ValueError otherwise); its range is then checked by ModelConfig::validate.
+int32_t dimension(const char* name, py::handle value) {
+  bool overflow = false;
+  const std::optional<long long> v = index_value(value, overflow);
+  if (!v) throw py::type_error(std::string("model config: ") + name + " must be an int; got " + type_name(value));
+  if (overflow || *v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max())
+    throw py::value_error(std::string("model config: ") + name + " = " + py::str(value).cast<std::string>() +
                           " is out of range");
-  return static_cast<int32_t>(value);
+  return static_cast<int32_t>(*v);
 }
 
 std::string repr(const ModelConfig& c) {
@@ -77,9 +83,9 @@ The dimensions of a byte-level decoder language model, and the layout of its fla
 parameters (names, shapes and offsets in registry order). Immutable; invalid dimensions raise
 ValueError naming the field.
 )doc")
-      .def(py::init([](int64_t vocab_size, int64_t length, int64_t d_model, int64_t n_layers,
-                       int64_t n_heads, int64_t n_kv_heads, int64_t d_ff, float norm_eps,
-                       float rope_theta, int64_t batch) {
+      .def(py::init([](IntArg vocab_size, IntArg length, IntArg d_model, IntArg n_layers,
+                       IntArg n_heads, IntArg n_kv_heads, IntArg d_ff, float norm_eps,
+                       float rope_theta, IntArg batch) {
              ModelConfig c;
              c.vocab_size = dimension("vocab_size", vocab_size);
              c.length = dimension("length", length);

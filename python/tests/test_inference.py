@@ -100,8 +100,16 @@ def test_config_refusals(extension):
         extension.LanguageModelConfig(norm_eps=float("nan"))
     with pytest.raises(TypeError):
         extension.LanguageModelConfig(64)  # keyword-only
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="d_model must be an int; got str"):
         extension.LanguageModelConfig(d_model="64")
+    with pytest.raises(TypeError, match="d_model must be an int; got float"):
+        extension.LanguageModelConfig(d_model=64.0)
+    with pytest.raises(TypeError, match="batch must be an int; got bool"):
+        extension.LanguageModelConfig(batch=True)
+    # A value no int32 holds is a wrong value, not a wrong type.
+    with pytest.raises(ValueError, match="length = 1180591620717411303424 is out of range"):
+        extension.LanguageModelConfig(length=2**70)
+    assert extension.LanguageModelConfig(length=np.int64(16)).length == 16
 
 
 # --- loading ---------------------------------------------------------------------------------
