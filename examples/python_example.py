@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
-"""Document 003's example under lockstep's names, as written: it loads "model.json" from the
-current directory, so run it inside a model directory, with the package on the path:
+"""Document 003's example under lockstep's names: load a model and print the greedy next byte
+after "Hello, wor".
 
-    cd /tmp/model && PYTHONPATH=$REPO/python:$REPO/build/python python3 $REPO/examples/python_example.py
+    PYTHONPATH=python:build/python /usr/bin/python3 examples/python_example.py [MODEL]
 
-It prints the greedy next byte after "Hello, wor" (python/tests/test_examples.py runs it).
+MODEL is a model directory, a checkpoint (step directory or location) or a model.json file; by
+default the fortunes model shipped beside this script (examples/models/fortunes), so it runs from
+any directory. python/tests/test_examples.py runs it.
 """
-import numpy as np, lockstep
-lm = lockstep.LanguageModelInference.from_checkpoint("model.json")
+import os
+import sys
+
+import numpy as np
+
+import lockstep
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "models", "fortunes")
+
+lm = lockstep.LanguageModelInference.from_checkpoint(path)
 ids = np.frombuffer(b"Hello, wor", dtype=np.uint8).astype(np.int32).reshape(1, -1)
 next_ids = lm.next_bytes(ids)
 print(next_ids)

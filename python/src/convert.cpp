@@ -190,11 +190,17 @@ std::optional<bool> threaded_override(py::handle obj) {
   return obj.ptr() == Py_True;
 }
 
+std::string type_name(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__qualname__")).cast<std::string>();
+}
+
 std::optional<int> threads_count(py::handle obj) {
   if (obj.is_none()) return std::nullopt;
+  // Document 004's rule: a Python int (not a bool); a numpy integer is refused, as there.
+  if (PyBool_Check(obj.ptr()) || !PyLong_Check(obj.ptr()))
+    throw py::type_error("threads must be an int or None; got " + type_name(obj));
   bool overflow = false;
   const std::optional<long long> v = index_value(obj, overflow);
-  if (!v) throw py::type_error("threads must be an int or None");
   if (overflow || *v < 1 || *v > max_threads)
     throw py::value_error("threads must be in [1, " + std::to_string(max_threads) + "]; got " +
                           py::str(obj).cast<std::string>());

@@ -61,8 +61,12 @@ std::vector<float> floats_from(py::handle obj, int64_t count, const char* name);
 // `threaded`: a bool (TypeError otherwise). `call`: None is allowed and means "the instance's".
 bool threaded_flag(py::handle obj);
 std::optional<bool> threaded_override(py::handle obj);
-// `threads`: None or an int in [1, max_threads] (TypeError for a non-int, ValueError out of range).
+// `threads`: None or an int in [1, max_threads] (TypeError for anything but a Python int, numpy
+// integers and bools included; ValueError out of range).
 std::optional<int> threads_count(py::handle obj);
+
+// The qualified name of obj's type, for messages ("numpy.int64" shows as "int64").
+std::string type_name(py::handle obj);
 
 // operator.index(obj) as a long long; nullopt for a bool or anything that is not an integer.
 // `overflow` is set when the integer does not fit in a long long.

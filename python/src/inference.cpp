@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "arg_types.hpp"
 #include "convert.hpp"
 #include "inference.hpp"
 #include "lockstep/model.hpp"
@@ -49,7 +50,9 @@ LanguageModelInference(parameters, *, shape=None, threaded=True, threads=None)
 
 parameters: flat float32 parameters (shape.n_total values, all finite; a numpy float32 array is
     read in place) or a dict of named float32 tensors (names and shapes from
-    shape.parameter_names / shape.parameter_shapes). Copied; the model never changes.
+    shape.parameter_names / shape.parameter_shapes). Copied; the model never changes. Or another
+    LanguageModelInference, whose model (immutable) this one shares, with its own threaded and
+    threads settings; shape must then be None or that model's.
 shape: a LanguageModelConfig, or None for the default dimensions.
 threaded: True runs the SIMD kernels on a thread pool, False the single-threaded reference
     kernels. Both give the same bits.
@@ -63,51 +66,70 @@ wrong shape or an id outside [0, vocab_size) ValueError.
 }  // namespace
 
 void bind_inference(py::module_& m) {
-  py::class_<Inference>(m, "LanguageModelInference", kClassDoc)
-      .def(py::init([](py::handle parameters, py::handle shape, py::handle threaded,
-                       py::handle threads) {
-             const ModelConfig config = config_from(shape);
-             const bool flag = threaded_flag(threaded);
-             const std::optional<int> count = threads_count(threads);
-             const Parameters flat = parameters_from(parameters, config);
-             Inference self;
-             self.threaded = flag;
-             self.threads = count;
-             py::gil_scoped_release release;  // checks, SHA-256 and weight packing
-             self.model = Model::from_parameters(config, flat.values(), model_options(flag, count));
-             return self;
-           }),
-           py::arg("parameters"), py::kw_only(), py::arg("shape") = py::none(),
-           py::arg("threaded") = true, py::arg("threads") = py::none())
-      .def_static(
-          "from_checkpoint",
-          [](py::handle path, py::handle threaded, py::handle threads, py::handle trained) {
-            const std::string where =
-                py::module_::import("os").attr("fsdecode")(path).cast<std::string>();
+  py::class_<Inference> cls(m, "LanguageModelInference", kClassDoc);
+  cls.def(py::init([](ParametersOrModelArg parameters, OptionalConfigArg shape, BoolArg threaded,
+                      OptionalIntArg threads) {
+            const bool flag = threaded_flag(threaded);
+            const std::optional<int> count = threads_count(threads);
+            Inference self;
+            self.threaded = flag;
+            self.threads = count;
+            if (py::isinstance<Inference>(parameters)) {  // share its immutable model
+              self.model = parameters.cast<const Inference&>().model;
+              if (!shape.is_none() && !(config_from(shape) == self.config()))
+                throw py::value_error("shape must be None or the model's own dimensions (" +
+                                      py::repr(py::cast(self.config())).cast<std::string>() + "); got " +
+                                      py::repr(shape).cast<std::string>());
+              return self;
+            }
+            const ModelConfig config = config_from(shape);
+            const Parameters flat = parameters_from(parameters, config);
+            py::gil_scoped_release release;  // checks, SHA-256 and weight packing
+            self.model = Model::from_parameters(config, flat.values(), model_options(flag, count));
+            return self;
+          }),
+          py::arg("parameters"), py::kw_only(), py::arg("shape") = py::none(),
+          py::arg("threaded") = true, py::arg("threads") = py::none());
+  // A class method, as in document 004: the model is loaded here, then built as
+  // cls(model, threaded=..., threads=...), so that a subclass's from_checkpoint returns the
+  // subclass, made by its own constructor.
+  cls.attr("from_checkpoint") = py::reinterpret_steal<py::object>(PyClassMethod_New(
+      py::cpp_function(
+          [](ClassArg type, PathArg path, BoolArg threaded, OptionalIntArg threads, BoolArg trained) {
+            const std::string where = py::module_::import("os").attr("fsdecode")(path).cast<std::string>();
             const bool flag = threaded_flag(threaded);
             const std::optional<int> count = threads_count(threads);
             if (!PyBool_Check(trained.ptr())) throw py::type_error("trained must be a bool");
             LoadOptions options;
             static_cast<ModelOptions&>(options) = model_options(flag, count);
             options.trained = trained.ptr() == Py_True;
-            Inference self;
-            self.threaded = flag;
-            self.threads = count;
-            py::gil_scoped_release release;
-            self.model = Model::load(where, options);
-            return self;
+            Inference loaded;
+            loaded.threaded = flag;
+            loaded.threads = count;
+            {
+              py::gil_scoped_release release;
+              loaded.model = Model::load(where, options);
+            }
+            if (type.is(py::type::of<Inference>())) return InferenceResult(py::cast(std::move(loaded)));
+            return InferenceResult(type(py::cast(std::move(loaded)), py::arg("threaded") = threaded,
+                                        py::arg("threads") = threads));
           },
-          py::arg("path"), py::kw_only(), py::arg("threaded") = true,
-          py::arg("threads") = py::none(), py::arg("trained") = false, R"doc(
-Load a model written by lockstep: `path` (str or path-like) is a model directory, a checkpoint
-step directory, a checkpoint location (its newest complete step) or a model.json file. Every
-check of `lockstep inspect` is made. threaded and threads are as for the constructor; trained=True
-reads a checkpoint's trained weights instead of its EMA averages.
+          py::name("from_checkpoint"), py::scope(cls), py::arg("cls"), py::arg("path"), py::kw_only(),
+          py::arg("threaded") = true, py::arg("threads") = py::none(), py::arg("trained") = false,
+          R"doc(
+A class method: loads a model written by lockstep. `path` (str or path-like) is a model
+directory, a checkpoint step directory, a checkpoint location (its newest complete step) or a
+model.json file. Every check of `lockstep inspect` is made. threaded and threads are as for the
+constructor; trained=True reads a checkpoint's trained weights instead of its EMA averages.
+A missing path raises FileNotFoundError, a denied one PermissionError (both OSError); a damaged
+file ValueError. A subclass's from_checkpoint returns the subclass: the loaded model is passed to
+cls(model, threaded=threaded, threads=threads).
 )doc")
-      .def(
+          .ptr()));
+  cls.def(
           "logits",
-          [](const Inference& self, py::handle ids, py::handle lengths, py::handle threaded,
-             py::handle threads) {
+          [](const Inference& self, IdsArg ids, LengthsArg lengths, OptionalBoolArg threaded,
+             OptionalIntArg threads) {
             return rows_call(self, ids, lengths, threaded, threads, self.config().vocab_size,
                              [](const Model& model, const IdsView& v, std::span<const int32_t> l,
                                 const CallOptions& c) { return model.logits(v, l, c); });
@@ -123,8 +145,8 @@ alone at its own length; padding positions are +0.0.
 )doc")
       .def(
           "hidden",
-          [](const Inference& self, py::handle ids, py::handle lengths, py::handle threaded,
-             py::handle threads) {
+          [](const Inference& self, IdsArg ids, LengthsArg lengths, OptionalBoolArg threaded,
+             OptionalIntArg threads) {
             return rows_call(self, ids, lengths, threaded, threads, self.config().d_model,
                              [](const Model& model, const IdsView& v, std::span<const int32_t> l,
                                 const CallOptions& c) { return model.hidden(v, l, c); });
@@ -135,7 +157,7 @@ alone at its own length; padding positions are +0.0.
           "logits().")
       .def(
           "loss_bits",
-          [](const Inference& self, py::handle ids_arg, py::handle threaded, py::handle threads) {
+          [](const Inference& self, IdsArg ids_arg, OptionalBoolArg threaded, OptionalIntArg threads) {
             const CallOptions call = self.call(threaded, threads);
             const IdsArray ids = ids_array(ids_arg, self.config(), self.loss_layout());
             const IdsView view = ids_view(ids);
@@ -152,7 +174,7 @@ ignored; -100 anywhere else is refused.
 )doc")
       .def(
           "loss",
-          [](const Inference& self, py::handle ids_arg, py::handle threaded, py::handle threads) {
+          [](const Inference& self, IdsArg ids_arg, OptionalBoolArg threaded, OptionalIntArg threads) {
             const CallOptions call = self.call(threaded, threads);
             const IdsArray ids = ids_array(ids_arg, self.config(), self.loss_layout());
             const IdsView view = ids_view(ids);
@@ -168,8 +190,8 @@ ignored; -100 anywhere else is refused.
           "The mean next-token loss as a float; loss_bits() gives its bits.")
       .def(
           "next_bytes",
-          [](const Inference& self, py::handle ids_arg, py::handle lengths_arg,
-             py::handle threaded, py::handle threads) {
+          [](const Inference& self, IdsArg ids_arg, LengthsArg lengths_arg,
+             OptionalBoolArg threaded, OptionalIntArg threads) {
             const CallOptions call = self.call(threaded, threads);
             const std::optional<std::vector<int32_t>> lengths = lengths_list(lengths_arg);
             const IdsArray ids =
@@ -217,9 +239,7 @@ position (with lengths, its last real position), ties going to the lowest id.
                              "The instance's default: the threaded path (True) or the reference.")
       .def_property_readonly(
           "threads",
-          [](const Inference& self) -> py::object {
-            return self.threads ? py::object(py::int_(*self.threads)) : py::object(py::none());
-          },
+          [](const Inference& self) { return self.threads; },
           "The instance's default thread count (None: one per physical core).")
       .def("__repr__", [](const Inference& self) {
         return "<lockstep.LanguageModelInference d_model=" + std::to_string(self.config().d_model) +

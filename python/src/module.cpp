@@ -8,10 +8,12 @@
 #include <limits>
 #include <string>
 
+#include "arg_types.hpp"
 #include "convert.hpp"
 #include "lockstep/config.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/os_error.hpp"
 
 namespace lockstep::python {
 
@@ -22,10 +24,17 @@ void bind_sampling(py::module_& m);
 
 namespace {
 
-// invalid_argument and format: ValueError; type: TypeError; io: OSError; the rest RuntimeError.
+// invalid_argument and format: ValueError; type: TypeError; io: OSError, or the subclass its
+// errno names when the system gave one (OSError(errno, message) picks FileNotFoundError,
+// PermissionError, FileExistsError, ...); the rest RuntimeError.
 void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
+  } catch (const OsError& e) {
+    PyObject* error = PyObject_CallFunction(PyExc_OSError, "is", e.error_number(), e.what());
+    if (!error) return;  // the call's own exception (MemoryError) stands
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error)), error);
+    Py_DECREF(error);
   } catch (const Error& e) {
     PyObject* type = PyExc_RuntimeError;
     switch (e.kind()) {
@@ -41,11 +50,16 @@ void translate(std::exception_ptr p) {
   }
 }
 
-int32_t dimension(const char* name, int64_t value) {
-  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
-    throw py::value_error(std::string("model config: ") + name + " = " + std::to_string(value) +
+// A dimension: an int (numpy integers too, not a bool; TypeError otherwise) that int32 holds
+// (ValueError otherwise); its range is then checked by ModelConfig::validate.
+int32_t dimension(const char* name, py::handle value) {
+  bool overflow = false;
+  const std::optional<long long> v = index_value(value, overflow);
+  if (!v) throw py::type_error(std::string("model config: ") + name + " must be an int; got " + type_name(value));
+  if (overflow || *v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max())
+    throw py::value_error(std::string("model config: ") + name + " = " + py::str(value).cast<std::string>() +
                           " is out of range");
-  return static_cast<int32_t>(value);
+  return static_cast<int32_t>(*v);
 }
 
 std::string repr(const ModelConfig& c) {
@@ -70,9 +84,9 @@ The dimensions of a byte-level decoder language model, and the layout of its fla
 parameters (names, shapes and offsets in registry order). Immutable; invalid dimensions raise
 ValueError naming the field.
 )doc")
-      .def(py::init([](int64_t vocab_size, int64_t length, int64_t d_model, int64_t n_layers,
-                       int64_t n_heads, int64_t n_kv_heads, int64_t d_ff, float norm_eps,
-                       float rope_theta, int64_t batch) {
+      .def(py::init([](IntArg vocab_size, IntArg length, IntArg d_model, IntArg n_layers,
+                       IntArg n_heads, IntArg n_kv_heads, IntArg d_ff, float norm_eps,
+                       float rope_theta, IntArg batch) {
              ModelConfig c;
              c.vocab_size = dimension("vocab_size", vocab_size);
              c.length = dimension("length", length);
@@ -142,14 +156,14 @@ ValueError naming the field.
           "n_total", [](const ModelConfig& c) { return ParameterRegistry(c).total(); },
           "The number of float32 values of the flat parameter vector.")
       .def("__eq__",
-           [](const ModelConfig& a, py::handle b) -> py::object {
+           [](const ModelConfig& a, const py::object& b) -> py::object {
              if (!py::isinstance<ModelConfig>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
              return py::bool_(a == b.cast<ModelConfig>());
            })
       .def("__hash__", [](const ModelConfig& c) { return py::hash(key(c)); })
       .def("__repr__", [](const ModelConfig& c) { return repr(c); })
       .def("__copy__", [](const ModelConfig& c) { return c; })
-      .def("__deepcopy__", [](const ModelConfig& c, py::handle) { return c; })
+      .def("__deepcopy__", [](const ModelConfig& c, const py::dict&) { return c; })
       .def(py::pickle([](const ModelConfig& c) { return key(c); },
                       [](py::tuple t) {
                         if (t.size() != 10) throw py::value_error("LanguageModelConfig: bad pickled state");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "arg_types.hpp"
 #include "convert.hpp"
 #include "inference.hpp"
 #include "lockstep/generator.hpp"
@@ -32,11 +33,27 @@ std::vector<int32_t> tokens_from(py::handle obj, const char* name) {
   for (py::handle item : py::iter(obj)) {
     bool overflow = false;
     const std::optional<long long> v = index_value(item, overflow);
-    if (!v || overflow || *v < INT32_MIN || *v > INT32_MAX)
-      throw py::type_error(std::string(name) + " must hold ints in the int32 range");
+    if (!v) throw py::type_error(std::string(name) + " must hold ints; got a " + type_name(item));
+    if (overflow || *v < INT32_MIN || *v > INT32_MAX)
+      throw py::value_error(std::string(name) + " must hold ints in the int32 range; got " +
+                            py::str(item).cast<std::string>());
     out.push_back(static_cast<int32_t>(*v));
   }
   return out;
+}
+
+// A count of positions for fork() and truncate(): an int (numpy integers too) >= 0; TypeError
+// for anything else, ValueError for a negative one.
+int32_t positions(py::handle obj, const char* what) {
+  bool overflow = false;
+  const std::optional<long long> v = index_value(obj, overflow);
+  if (!v) throw py::type_error(std::string(what) + ": length must be an int; got " + type_name(obj));
+  if (!overflow && *v < 0)
+    throw py::value_error(std::string(what) + ": length must not be negative; got " + std::to_string(*v));
+  if (overflow || *v > INT32_MAX)
+    throw py::value_error(std::string(what) + ": length " + py::str(obj).cast<std::string>() +
+                          " is more than a session holds");
+  return static_cast<int32_t>(*v);
 }
 
 struct PySession {
@@ -53,7 +70,7 @@ keeps every layer's keys and values, so each append computes only the new positi
 logits it returns are, bit for bit, those a full logits() call gives at that position.
 )doc")
       .def("append",
-           [](PySession& self, py::handle tokens) {
+           [](PySession& self, TokensArg tokens) {
              const std::vector<int32_t> ids = tokens_from(tokens, "tokens");
              std::vector<float> logits(static_cast<size_t>(self.model->config().vocab_size));
              {
@@ -65,14 +82,17 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
            py::arg("tokens"),
            "Appends tokens (bytes, str or ints) and returns the float32 logits [vocab] after the last.")
       .def("fork",
-           [](const PySession& self, py::handle length) {
-             const int32_t n = length.is_none() ? -1 : length.cast<int32_t>();
+           [](const PySession& self, OptionalIntArg length) {
+             const int32_t n = length.is_none() ? -1 : positions(length, "fork");  // -1: all
              PySession out{self.model, std::make_unique<Session>(self.session->fork(n))};
              return out;
            },
-           py::arg("length") = py::none(), "A new session holding this one's first `length` positions (all by default).")
-      .def("truncate", [](PySession& self, int32_t length) { self.session->truncate(length); }, py::arg("length"),
-           "Forgets every position from `length` on.")
+           py::arg("length") = py::none(),
+           "A new session holding this one's first `length` positions (all by default); a negative "
+           "length or one beyond this session's is a ValueError.")
+      .def("truncate",
+           [](PySession& self, IntArg length) { self.session->truncate(positions(length, "truncate")); },
+           py::arg("length"), "Forgets every position from `length` on (0 <= length <= self.length).")
       .def_property_readonly("length", [](const PySession& self) { return self.session->length(); })
       .def_property_readonly("tokens", [](const PySession& self) {
         const auto t = self.session->tokens();
@@ -83,7 +103,7 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
   auto cls = py::reinterpret_borrow<py::class_<Inference>>(m.attr("LanguageModelInference"));
   cls.def(
          "session",
-         [](const Inference& self, py::handle threaded, py::handle threads) {
+         [](const Inference& self, OptionalBoolArg threaded, OptionalIntArg threads) {
            return PySession{self.model, std::make_unique<Session>(self.model, self.call(threaded, threads))};
          },
          py::kw_only(), py::arg("threaded") = py::none(), py::arg("threads") = py::none(),

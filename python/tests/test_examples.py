@@ -34,12 +34,26 @@ def test_document_003_example_inline(model_dir, monkeypatch):
     assert next_ids == [int(np.argmax(logits[0, -1]))]
 
 
-def test_python_example_script(lm, model_dir):
-    done = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python_example.py")],
-                          cwd=model_dir, env=python_env(), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+def test_python_example_script(extension, lm, model_dir, tmp_path):
+    """examples/python_example.py runs from the repository root (the README's command) and from
+    any other directory: with no argument it loads the shipped fortunes model beside it; with one
+    it loads that model."""
+    script = os.path.join(REPO, "examples", "python_example.py")
     ids = np.frombuffer(b"Hello, wor", dtype=np.uint8).astype(np.int32).reshape(1, -1)
+    shipped = extension.LanguageModelInference.from_checkpoint(
+        os.path.join(REPO, "examples", "models", "fortunes"))
+    for cwd in (REPO, str(tmp_path)):
+        done = subprocess.run([sys.executable, script], cwd=cwd, env=python_env(),
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(shipped.next_bytes(ids))
+    done = subprocess.run([sys.executable, script, model_dir], cwd=REPO, env=python_env(),
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(lm.next_bytes(ids))
+    missing = subprocess.run([sys.executable, script, str(tmp_path / "missing")], cwd=REPO,
+                             env=python_env(), capture_output=True, text=True)
+    assert missing.returncode != 0 and "FileNotFoundError" in missing.stderr
 
 
 def readme_blocks(language):

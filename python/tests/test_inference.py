@@ -100,8 +100,16 @@ def test_config_refusals(extension):
         extension.LanguageModelConfig(norm_eps=float("nan"))
     with pytest.raises(TypeError):
         extension.LanguageModelConfig(64)  # keyword-only
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="d_model must be an int; got str"):
         extension.LanguageModelConfig(d_model="64")
+    with pytest.raises(TypeError, match="d_model must be an int; got float"):
+        extension.LanguageModelConfig(d_model=64.0)
+    with pytest.raises(TypeError, match="batch must be an int; got bool"):
+        extension.LanguageModelConfig(batch=True)
+    # A value no int32 holds is a wrong value, not a wrong type.
+    with pytest.raises(ValueError, match="length = 1180591620717411303424 is out of range"):
+        extension.LanguageModelConfig(length=2**70)
+    assert extension.LanguageModelConfig(length=np.int64(16)).length == 16
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -151,7 +159,7 @@ def test_from_checkpoint_paths(extension, lm, model_dir, tmp_path):
 
 def test_from_checkpoint_refusals(extension, model_dir, tmp_path):
     Inference = extension.LanguageModelInference
-    with pytest.raises(OSError, match="no such file or directory"):
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
         Inference.from_checkpoint(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="no model.json"):
         Inference.from_checkpoint(str(tmp_path))
@@ -444,7 +452,10 @@ def test_call_option_refusals(lm):
     batch = random_ids(13, BATCH, LENGTH + 1)
     with pytest.raises(ValueError, match=r"threads must be in \[1, 1024\]"):
         lm.loss_bits(batch, threads=-1)
-    assert lm.loss_bits(batch, threads=np.int64(1024)) == lm.loss_bits(batch)
+    assert lm.loss_bits(batch, threads=1024) == lm.loss_bits(batch)
+    # Document 004's rule: a Python int; a numpy integer is refused (test_numbers_at_the_edges).
+    with pytest.raises(TypeError, match="threads must be an int or None; got int64"):
+        lm.loss_bits(batch, threads=np.int64(1024))
 
 
 def test_ids_of_any_integer_layout(lm):

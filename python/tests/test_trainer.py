@@ -202,17 +202,20 @@ def test_argument_refusals(extension, start):
         Trainer(params, shape=shape, v=np.full(n, np.nan, np.float32))
     with pytest.raises(ValueError, match="v must not be negative"):
         Trainer(params, shape=shape, v=np.full(n, -1.0, np.float32))
-    with pytest.raises(ValueError, match="completed_steps must be an int"):
+    # Wrong types are TypeErrors (README), wrong values ValueErrors.
+    with pytest.raises(TypeError, match="completed_steps must be an int; got float"):
         Trainer(params, shape=shape, completed_steps=1.5)
-    with pytest.raises(ValueError, match="completed_steps must be an int"):
+    with pytest.raises(TypeError, match="completed_steps must be an int; got bool"):
         Trainer(params, shape=shape, completed_steps=True)
     with pytest.raises(ValueError, match="completed_steps must not be negative"):
         Trainer(params, shape=shape, completed_steps=-1)
     for name in ("lr", "eps", "weight_decay"):
-        with pytest.raises(ValueError, match=f"{name} must be a real number"):
-            Trainer(params, shape=shape, **{name: "0.1"})
-        with pytest.raises(ValueError, match=f"{name} must be a real number"):
+        with pytest.raises(TypeError, match=f"{name} must be a real number"):
+            Trainer(params, shape=shape, **{name: "1e-3"})
+        with pytest.raises(TypeError, match=f"{name} must be a real number"):
             Trainer(params, shape=shape, **{name: True})
+        with pytest.raises(TypeError, match=f"{name} must be a real number"):
+            Trainer(params, shape=shape, **{name: None})
     with pytest.raises(ValueError, match="lr and eps must be positive"):
         Trainer(params, shape=shape, lr=0)
     with pytest.raises(ValueError, match="lr and eps must be positive"):
@@ -223,20 +226,51 @@ def test_argument_refusals(extension, start):
         Trainer(params, shape=shape, betas=(0.9, 1.0))
     with pytest.raises(ValueError, match=r"betas must be in \[0, 1\)"):
         Trainer(params, shape=shape, betas=(-0.1, 0.9))
-    with pytest.raises(ValueError, match="beta1 must be a real number"):
+    with pytest.raises(TypeError, match="beta1 must be a real number"):
         Trainer(params, shape=shape, betas=("a", 0.9))
-    with pytest.raises(ValueError, match="betas must be a pair"):
+    with pytest.raises(ValueError, match="betas must be a pair.*got 1 values"):
         Trainer(params, shape=shape, betas=(0.9,))
-    with pytest.raises(ValueError, match="betas must be a pair"):
+    with pytest.raises(TypeError, match="betas must be a pair"):
         Trainer(params, shape=shape, betas=0.9)
+    with pytest.raises(TypeError, match="betas must be a pair"):
+        Trainer(params, shape=shape, betas="ab")
+    with pytest.raises(ValueError, match="lr = 10+ is out of range"):
+        Trainer(params, shape=shape, lr=10**400)
     with pytest.raises(ValueError, match="weight_decay must not be negative"):
         Trainer(params, shape=shape, weight_decay=-0.01)
-    with pytest.raises(ValueError, match="lr"):
-        Trainer(params, shape=shape, lr=1e-60)  # rounds to 0 in float32
     with pytest.raises(TypeError, match="threaded must be a bool"):
         Trainer(params, shape=shape, threaded="yes")
     with pytest.raises(ValueError, match=r"threads must be in \[1, 1024\]"):
         Trainer(params, shape=shape, threads=0)
-    # numpy scalars are real numbers and ints.
-    t = Trainer(params, shape=shape, lr=np.float32(1e-3), completed_steps=np.int64(4))
-    assert t.completed_steps == 4
+
+
+def test_numbers_at_the_edges(extension, start):
+    """Document 004's rules for numeric arguments, each case both ways: Python ints for threads
+    and completed_steps (numpy integers refused), Python ints and floats for lr, betas, eps and
+    weight_decay (numpy.float64 is a float and accepted; numpy.float32 refused), with a
+    TypeError where the document raises ValueError. One documented stricter rule: lr and eps
+    must stay positive in float32, so lr=1e-50, which the document accepts, is refused."""
+    params, shape = start
+    Trainer = extension.LanguageModelHostTrainer
+    assert Trainer(params, shape=shape, threads=2).threads == 2
+    with pytest.raises(TypeError, match="threads must be an int or None; got int64"):
+        Trainer(params, shape=shape, threads=np.int64(2))
+    assert Trainer(params, shape=shape, completed_steps=4).completed_steps == 4
+    with pytest.raises(TypeError, match="completed_steps must be an int; got int64"):
+        Trainer(params, shape=shape, completed_steps=np.int64(4))
+    for name in ("lr", "eps", "weight_decay"):
+        Trainer(params, shape=shape, **{name: np.float64(0.01)})  # a float subclass
+        Trainer(params, shape=shape, **{name: 1})  # an int
+        with pytest.raises(TypeError, match=f"{name} must be a real number.*got float32"):
+            Trainer(params, shape=shape, **{name: np.float32(0.01)})
+    Trainer(params, shape=shape, betas=(np.float64(0.5), 0))
+    with pytest.raises(TypeError, match="beta2 must be a real number.*got float32"):
+        Trainer(params, shape=shape, betas=(0.9, np.float32(0.99)))
+    # The smallest positive float32 (a subnormal) is a learning rate; 1e-50 rounds to 0.
+    a = Trainer(params, shape=shape, lr=1.5e-45)
+    a.train_step(batch_ids(3))
+    for name in ("lr", "eps"):
+        with pytest.raises(ValueError, match=rf"{name} = 1e-50 rounds to 0 in float32"):
+            Trainer(params, shape=shape, **{name: 1e-50})
+    with pytest.raises(ValueError, match=r"lr = 1e\+300 overflows float32"):
+        Trainer(params, shape=shape, lr=1e300)

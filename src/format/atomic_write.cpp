@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "lockstep/error.hpp"
+#include "lockstep/os_error.hpp"
 
 namespace lockstep::format {
 namespace {
 
-Error io_error(const std::string& what, const std::string& path, int err) {
-  return Error(ErrorKind::io, path + ": " + what + ": " + std::strerror(err));
+OsError io_error(const std::string& what, const std::string& path, int err) {
+  return OsError(err, path + ": " + what + ": " + std::strerror(err));
 }
 
 std::string temp_template(const std::string& path) {
@@ -166,12 +167,12 @@ AtomicDirectory::~AtomicDirectory() {
 
 void AtomicDirectory::commit() {
   sync_directory(temp_);
-  if (path_exists(path_)) throw Error(ErrorKind::io, path_ + ": already exists");
+  if (path_exists(path_)) throw OsError(EEXIST, path_ + ": already exists");
   // rename() would replace an empty directory that appeared at path_ since the check above;
   // RENAME_NOREPLACE makes the refusal atomic where the file system supports it.
   if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
     const int err = errno;
-    if (err == EEXIST) throw Error(ErrorKind::io, path_ + ": already exists");
+    if (err == EEXIST) throw OsError(EEXIST, path_ + ": already exists");
     if (err != EINVAL && err != ENOSYS) throw io_error("cannot rename into", path_, err);
     if (::rename(temp_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_, errno);
   }

@@ -9,12 +9,13 @@
 #include <cstring>
 
 #include "lockstep/error.hpp"
+#include "lockstep/os_error.hpp"
 
 namespace lockstep::format {
 namespace {
 
-Error io_error(const std::string& what, const std::string& path, int err) {
-  return Error(ErrorKind::io, path + ": " + what + ": " + std::strerror(err));
+OsError io_error(const std::string& what, const std::string& path, int err) {
+  return OsError(err, path + ": " + what + ": " + std::strerror(err));
 }
 
 }  // namespace

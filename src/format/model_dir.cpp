@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
@@ -10,6 +12,7 @@
 #include "format/weights.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
+#include "lockstep/os_error.hpp"
 
 namespace lockstep {
 namespace {
@@ -74,8 +77,11 @@ ResolvedPath resolve_model_path(std::string_view path_view) {
                 "'" + path + "': remote checkpoint locations are not supported; lockstep reads "
                 "local directories");
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (!format::path_exists(path))
-    throw Error(ErrorKind::io, "'" + path + "': no such file or directory");
+  if (struct stat st; ::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) throw OsError(ENOENT, "'" + path + "': no such file or directory");
+    throw OsError(err, "'" + path + "': cannot inspect it: " + std::strerror(err));
+  }
   ResolvedPath out;
   if (is_regular_file(path)) {
     if (format::base_name(path) != "model.json")

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+
 #include "core/sha256.hpp"
 #include "format/format_fixtures.hpp"
+#include "format/mapped_file.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/os_error.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -142,6 +146,40 @@ TEST(ResolveModelPath, MissingPathIsRefused) {
   const auto [kind, message] = resolve_error(tmp / "nothing-here");
   EXPECT_EQ(kind, ErrorKind::io);
   EXPECT_TRUE(HasAll(message, {"'" + (tmp / "nothing-here") + "': no such file or directory"}));
+}
+
+// The errno travels with the error (lockstep::OsError), so that front ends can name the kind of
+// refusal: Python raises FileNotFoundError for ENOENT, PermissionError for EACCES.
+int os_errno_of_resolve(const std::string& path) {
+  try {
+    resolve_model_path(path);
+  } catch (const OsError& e) {
+    return e.error_number();
+  } catch (const Error& e) {
+    ADD_FAILURE() << "not an OsError: " << e.what();
+    return -1;
+  }
+  ADD_FAILURE() << "resolved " << path;
+  return -1;
+}
+
+TEST(ResolveModelPath, MissingPathCarriesEnoent) {
+  test::TempDir tmp;
+  EXPECT_EQ(os_errno_of_resolve(tmp / "nothing-here"), ENOENT);
+  EXPECT_EQ(os_errno_of_resolve(tmp / "nothing-here/model.json"), ENOENT);
+  test::write_file(tmp / "file", "x");
+  EXPECT_EQ(os_errno_of_resolve(tmp / "file/below"), ENOENT);  // ENOTDIR: nothing there either
+}
+
+TEST(MappedFile, OpenFailureCarriesItsErrno) {
+  test::TempDir tmp;
+  try {
+    format::MappedFile file(tmp / "absent.safetensors");
+    ADD_FAILURE() << "opened a missing file";
+  } catch (const OsError& e) {
+    EXPECT_EQ(e.error_number(), ENOENT);
+    EXPECT_EQ(e.kind(), ErrorKind::io);
+  }
 }
 
 TEST(ResolveModelPath, RemoteLocationIsRefused) {
