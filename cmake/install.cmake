@@ -8,7 +8,8 @@
 # a C++ program embeds it from a build tree (README.md, "The library").
 include(GNUInstallDirs)
 
-set(LOCKSTEP_INSTALL_PYTHONDIR "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages" CACHE STRING
+# Not under CMAKE_INSTALL_LIBDIR, which is multiarch (lib/x86_64-linux-gnu) for the prefix /usr.
+set(LOCKSTEP_INSTALL_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
     "where `cmake --install` puts the Python package, relative to the prefix")
 
 install(TARGETS lockstep_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
