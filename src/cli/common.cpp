@@ -10,6 +10,7 @@ void DeviceFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--device", device, "where the model runs: cpu, reference (cuda, metal: not built in)")
       ->envname("LOCKSTEP_DEVICE");
   cmd.add_option("--cpu-cores", cpu_cores, "most worker threads --device cpu uses (positive integer)")
+      ->type_name("INT")
       ->envname("LOCKSTEP_CPU_CORES");
 }
 
@@ -50,7 +51,7 @@ CLI::Validator seed_range() {
         if (decimal(text)) return {};
         return "must be an integer in [0, 18446744073709551615] (2^64 - 1), got '" + text + "'";
       },
-      "SEED", "seed_range");
+      "", "seed_range");
 }
 
 void ModelFlags::add_to(CLI::App& cmd, const std::string& positional, bool with_device) {
