@@ -141,30 +141,35 @@ TEST(CliTrainStop, SigintWritesACheckpointAndNamesTheResumeCommand) { stops_clea
 
 TEST(CliTrainStop, SigtermDoesTheSameWithStatus143) { stops_cleanly_and_resumes(SIGTERM, 143, "SIGTERM"); }
 
-TEST(CliTrainStop, ASecondSignalEndsAtOnceLeavingOnlyCompleteCheckpoints) {
+TEST(CliTrainStop, ASecondSignalEndsAtOnceWithoutACheckpoint) {
   test::TempDir dir;
-  // A checkpoint every step, so that the second signal often lands while one is being written.
   const std::string run = test::write_tiny_run(
-      dir, {{":steps", "100000"}, {":checkpoint-every", "1"}, {":keep", "2"}, {":eval-every", "0"}});
+      dir, {{":steps", "100000"}, {":checkpoint-every", "0"}, {":eval-every", "0"}});
   const std::string ck = dir / "ck";
-  const pid_t pid = start({kBin, "train", run, "--checkpoint-dir", ck, "--cpu-cores", "1"}, dir / "out.txt",
+  const pid_t pid = start({kBin, "train", run, "--checkpoint-dir", ck, "--cpu-cores", "2"}, dir / "out.txt",
                           dir / "err.txt");
   ASSERT_TRUE(wait_for_a_step(ck, pid));
+  // Two signals that arrive together: stopped, the process cannot run between them, so both
+  // are pending when it continues and the second finds the first's stop already asked for.
+  // (Two SIGINTs pending at once would merge into one: standard signals do not queue.)
+  ::kill(pid, SIGSTOP);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(status));
   ::kill(pid, SIGINT);
-  ::kill(pid, SIGINT);
-  const int status = wait_bounded(pid);
+  ::kill(pid, SIGTERM);
+  ::kill(pid, SIGCONT);
+  status = wait_bounded(pid);
   const std::string err = test::read_file(dir / "err.txt");
-  // Whether the second signal came before the run had stopped on its own or not, the status
-  // is SIGINT's, and every step directory is complete.
   ASSERT_TRUE(WIFEXITED(status)) << err;
-  EXPECT_EQ(WEXITSTATUS(status), 130) << err;
-  EXPECT_TRUE(has(err, "lockstep train: stopped")) << err;
-  ASSERT_FALSE(list_checkpoint_steps(ck).empty());
-  for (int64_t step : list_checkpoint_steps(ck)) EXPECT_NO_THROW(Model::load(ck + "/" + step_directory_name(step)));
-  const int64_t newest = list_checkpoint_steps(ck).back();
-  const auto resumed = test::run_command(
-      {kBin, "train", run, "--checkpoint-dir", ck, "--resume", "--steps", std::to_string(newest + 1)});
-  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  // 128 + the second signal's number: which of the two a thread takes first is the kernel's.
+  EXPECT_TRUE(WEXITSTATUS(status) == 130 || WEXITSTATUS(status) == 143) << WEXITSTATUS(status) << "\n" << err;
+  EXPECT_TRUE(has(err, "lockstep train: stopped at once; complete checkpoints are kept")) << err;
+  EXPECT_FALSE(has(err, "resume with")) << err;
+  // No checkpoint was due: none was written, and nothing looks like one.
+  EXPECT_TRUE(list_checkpoint_steps(ck).empty());
+  const auto again = test::run_command({kBin, "train", run, "--checkpoint-dir", ck, "--steps", "2"});
+  EXPECT_EQ(again.status, 0) << again.err;
   EXPECT_TRUE(test::temporaries_in(ck).empty());
 }
 
