@@ -36,10 +36,14 @@ LoadOptions DeviceFlags::load_options() const {
   o.device = parse_device(device);
   o.threads = 0;
   if (!cpu_cores.empty()) {
+    const std::string range = "[1, " + std::to_string(max_threads) + "]";
+    const bool digits = cpu_cores.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      throw Error(ErrorKind::invalid_argument,
+                  "--cpu-cores must be an integer in " + range + ", got '" + cpu_cores + "'");
     const std::optional<uint64_t> n = decimal(cpu_cores);
     if (!n || *n < 1 || *n > static_cast<uint64_t>(max_threads))
-      throw Error(ErrorKind::invalid_argument, "--cpu-cores (LOCKSTEP_CPU_CORES) must be an integer in [1, " +
-                                                   std::to_string(max_threads) + "], got '" + cpu_cores + "'");
+      throw Error(ErrorKind::invalid_argument, "--cpu-cores must be in " + range + ", got " + cpu_cores);
     o.threads = static_cast<int>(*n);
   }
   return o;

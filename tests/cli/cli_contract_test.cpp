@@ -62,13 +62,15 @@ TEST(CliContract, ParseErrorsCarryThePrefixAndExitOne) {
 TEST(CliContract, CpuCoresMustBePositive) {
   test::TempDir dir;
   const std::string m = tiny_model(dir);
-  for (const char* bad : {"0", "-1", "abc", "1025", "99999999999", "2x"})
+  for (const char* bad : {"0", "1025", "99999999999", "99999999999999999999999"})
     refused({"call", m, "--cpu-cores", bad}, "lockstep call",
-            std::string("--cpu-cores (LOCKSTEP_CPU_CORES) must be an integer in [1, 1024], got '") + bad + "'");
+            std::string("--cpu-cores must be in [1, 1024], got ") + bad);
+  for (const char* bad : {"-1", "abc", "2x", "1.5"})
+    refused({"call", m, "--cpu-cores", bad}, "lockstep call",
+            std::string("--cpu-cores must be an integer in [1, 1024], got '") + bad + "'");
   const auto env = test::run_command({"env", "LOCKSTEP_CPU_CORES=0", kBin, "eval", m, "--data", dir / "m/model.json"});
   EXPECT_EQ(env.status, 1);
-  EXPECT_TRUE(has(env.err, "lockstep eval: error: --cpu-cores (LOCKSTEP_CPU_CORES) must be an integer in [1, 1024], got '0'"))
-      << env.err;
+  EXPECT_TRUE(has(env.err, "lockstep eval: error: --cpu-cores must be in [1, 1024], got 0")) << env.err;
   EXPECT_EQ(test::run_command({"env", "LOCKSTEP_CPU_CORES=1", kBin, "eval", m, "--data", dir / "m/model.json"}).status, 0);
 }
 
