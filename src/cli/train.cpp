@@ -103,6 +103,13 @@ extern "C" void on_stop_signal(int sig) {
     ::_exit(128 + sig);
   }
   stop_signal.store(sig);
+  // Ctrl-C in `lockstep train ... | tee log` ends the reader too: from now on a write to the
+  // vanished pipe fails instead of killing the process before its checkpoint is written.
+  struct sigaction ignore;
+  std::memset(&ignore, 0, sizeof(ignore));
+  ignore.sa_handler = SIG_IGN;
+  ::sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
 }
 
 void install_stop_handlers() {

@@ -173,6 +173,42 @@ TEST(CliTrainStop, ASecondSignalEndsAtOnceWithoutACheckpoint) {
   EXPECT_TRUE(test::temporaries_in(ck).empty());
 }
 
+TEST(CliTrainStop, CtrlCInAPipelineStillWritesTheCheckpoint) {
+  // `lockstep train ... | tee log` and Ctrl-C: the reader of standard output ends with the
+  // run. Here the pipe's reader is closed while the run is stopped, then SIGINT and SIGCONT.
+  test::TempDir dir;
+  const std::string run = test::write_tiny_run(
+      dir, {{":steps", "100000"}, {":checkpoint-every", "0"}, {":eval-every", "0"}});
+  const std::string ck = dir / "ck";
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    if (!std::freopen((dir / "err.txt").c_str(), "w", stderr)) ::_exit(126);
+    ::execl(kBin.c_str(), kBin.c_str(), "train", run.c_str(), "--checkpoint-dir", ck.c_str(), "--cpu-cores", "1",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ASSERT_TRUE(wait_for_a_step(ck, pid));
+  ::kill(pid, SIGSTOP);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, WUNTRACED), pid);
+  ::close(out[0]);
+  ::kill(pid, SIGINT);
+  ::kill(pid, SIGCONT);
+  status = wait_bounded(pid);
+  const std::string err = test::read_file(dir / "err.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status) << "\n" << err;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << err;
+  ASSERT_EQ(list_checkpoint_steps(ck).size(), 1u) << err;
+  EXPECT_TRUE(has(err, "checkpoint " + ck + "/" + step_directory_name(list_checkpoint_steps(ck)[0]))) << err;
+}
+
 TEST(CliTrainStop, AFileSizeLimitIsAWriteErrorNotASilentDeath) {
   test::TempDir dir;
   const std::string run = test::write_tiny_run(dir, {{":eval-every", "0"}});
