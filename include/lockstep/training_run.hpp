@@ -4,7 +4,9 @@
 // metrics.jsonl is written beside the checkpoints.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -118,12 +120,18 @@ struct RunOptions {
   int threads = 0;  // 0: one per physical core
   std::shared_ptr<ThreadPool> pool;
   RunObserver* observer = nullptr;  // not owned; may be null
+  // When set and it becomes true (the command's SIGINT / SIGTERM handler sets it), the run
+  // finishes the step under way, writes its checkpoint (unless that step just wrote one) and
+  // returns with RunResult::stopped; set before the first step, it returns without training or
+  // writing anything. Not owned; may be null. The library installs no signal handler.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct RunResult {
   int64_t first_step = 0, last_step = 0;
   std::string last_checkpoint;         // the step directory of last_step
   std::optional<float> held_out_loss;  // the last evaluation's
+  bool stopped = false;  // RunOptions::stop ended the run at last_step, before the step asked for
 };
 
 // Trains `run` into `checkpoint_dir` (created when missing): see docs/TRAINING.md. Refuses a
@@ -141,9 +149,14 @@ struct ByteEvaluation {
   double bits_per_byte = 0.0;  // loss / ln 2
   int64_t bytes = 0, predictions = 0, windows = 0;
 };
+// Progress of an evaluation: called after each forward call with the predictions made so far
+// and their total (the last call has done == total). For a command's progress line; it never
+// changes a bit of the result.
+using EvaluationProgress = std::function<void(int64_t done, int64_t total)>;
 ByteEvaluation evaluate_bytes(const Model& model, std::span<const uint8_t> bytes,
-                              const CallOptions& call = {});
+                              const CallOptions& call = {}, const EvaluationProgress& progress = {});
 // The same over a file's bytes; refuses a missing file or one shorter than 2 bytes.
-ByteEvaluation evaluate_file(const Model& model, const std::string& path, const CallOptions& call = {});
+ByteEvaluation evaluate_file(const Model& model, const std::string& path, const CallOptions& call = {},
+                             const EvaluationProgress& progress = {});
 
 }  // namespace lockstep

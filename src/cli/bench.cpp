@@ -50,6 +50,8 @@ Run add_bench(CLI::App& app) {
   cmd->add_option("--seconds", f->seconds, "least time spent per figure")->capture_default_str();
   cmd->add_option("--decode-tokens", f->decode_tokens, "tokens of the session loop")->capture_default_str();
   return [f] {
+    // A figure a line as each is measured (every one takes --seconds), also into a pipe or file.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     std::vector<int> threads;
     std::stringstream list(f->threads);
     for (std::string item; std::getline(list, item, ',');) {

@@ -29,7 +29,7 @@ Run add_export(CLI::App& app);
 // The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
 struct DeviceFlags {
   std::string device = "cpu";
-  int cpu_cores = 0;
+  std::string cpu_cores;  // as given; empty: not given (one thread per physical core)
   void add_to(CLI::App& cmd);
   // Parsed and checked; throws lockstep::Error.
   LoadOptions load_options() const;
@@ -45,6 +45,10 @@ struct ModelFlags {
   // The device's options (checked) with `trained`; throws lockstep::Error.
   LoadOptions load_options() const;
 };
+
+// The checks main() adds to every subcommand's `--seed`: a decimal integer in [0, 2^64 - 1]
+// (CLI11 alone would wrap "-1" or 2^64 into range).
+CLI::Validator seed_range();
 
 // "109.8 KiB"
 std::string human_bytes(double bytes);

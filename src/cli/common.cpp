@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <limits>
+#include <optional>
 
 #include "cli/commands.hpp"
 
@@ -8,18 +10,52 @@ void DeviceFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--device", device, "where the model runs: cpu, reference (cuda, metal: not built in)")
       ->envname("LOCKSTEP_DEVICE");
   cmd.add_option("--cpu-cores", cpu_cores, "most worker threads --device cpu uses (positive integer)")
+      ->type_name("INT")
       ->envname("LOCKSTEP_CPU_CORES");
 }
+
+namespace {
+
+// `text` as a decimal integer that fits in 64 bits, or nullopt (signs, spaces, other characters,
+// anything past 2^64 - 1).
+std::optional<uint64_t> decimal(const std::string& text) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  unsigned __int128 value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value > std::numeric_limits<uint64_t>::max()) return std::nullopt;
+  return static_cast<uint64_t>(value);
+}
+
+}  // namespace
 
 LoadOptions DeviceFlags::load_options() const {
   LoadOptions o;
   o.device = parse_device(device);
-  if (cpu_cores != 0 && (cpu_cores < 1 || cpu_cores > max_threads))
-    throw Error(ErrorKind::invalid_argument, "--cpu-cores must be in [1, " +
-                                                 std::to_string(max_threads) + "], got " +
-                                                 std::to_string(cpu_cores));
-  o.threads = cpu_cores;
+  o.threads = 0;
+  if (!cpu_cores.empty()) {
+    const std::string range = "[1, " + std::to_string(max_threads) + "]";
+    const bool digits = cpu_cores.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      throw Error(ErrorKind::invalid_argument,
+                  "--cpu-cores must be an integer in " + range + ", got '" + cpu_cores + "'");
+    const std::optional<uint64_t> n = decimal(cpu_cores);
+    if (!n || *n < 1 || *n > static_cast<uint64_t>(max_threads))
+      throw Error(ErrorKind::invalid_argument, "--cpu-cores must be in " + range + ", got " + cpu_cores);
+    o.threads = static_cast<int>(*n);
+  }
   return o;
+}
+
+CLI::Validator seed_range() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (decimal(text)) return {};
+        return "must be an integer in [0, 18446744073709551615] (2^64 - 1), got '" + text + "'";
+      },
+      "", "seed_range");
 }
 
 void ModelFlags::add_to(CLI::App& cmd, const std::string& positional, bool with_device) {

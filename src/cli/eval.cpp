@@ -1,9 +1,14 @@
 // lockstep eval: a model's mean next-byte loss over a file, in windows of its length
-// (docs/TRAINING.md, "Evaluation").
+// (docs/TRAINING.md, "Evaluation"). Progress goes to standard error (a live line on a terminal,
+// plain lines otherwise), so that standard output holds the result alone.
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "lockstep/training_run.hpp"
 
 namespace lockstep::cli {
@@ -19,7 +24,31 @@ Run add_eval(CLI::App& app) {
   cmd->add_option("--data", f->data, "the bytes to evaluate on")->required();
   return [f] {
     const auto model = Model::load(f->model.path, f->model.load_options());
-    const ByteEvaluation e = evaluate_file(*model, f->data);
+    LiveLine line(stderr, ::isatty(2) == 1);
+    const auto began = std::chrono::steady_clock::now();
+    // Shown at the first and last forward calls and, between them, as LiveLine paces it.
+    bool first = true;
+    auto progress = [&](int64_t done, int64_t total) {
+      const bool milestone = first || done == total;
+      first = false;
+      if (!line.due(milestone)) return;
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      const double rate = seconds > 0.0 ? static_cast<double>(done) / seconds : 0.0;
+      char buf[256];
+      std::snprintf(buf, sizeof(buf), "eval %s/%s bytes (%d%%)  %s bytes/s  %s left", with_commas(done).c_str(),
+                    with_commas(total).c_str(), static_cast<int>(100 * done / total),
+                    with_commas(std::llround(rate)).c_str(),
+                    duration_text(rate > 0.0 ? static_cast<double>(total - done) / rate : -1.0).c_str());
+      line.show(buf);
+    };
+    ByteEvaluation e;
+    try {
+      e = evaluate_file(*model, f->data, {}, progress);
+    } catch (...) {
+      line.end_line();
+      throw;
+    }
+    line.end_line();
     const ModelSource& s = model->source();
     std::printf("model      %s", s.directory.c_str());
     if (s.step)

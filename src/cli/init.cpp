@@ -1,5 +1,7 @@
 // lockstep init: a randomly initialised model directory, for tests and benchmarks.
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 
 #include "cli/commands.hpp"
 
@@ -16,7 +18,7 @@ Run add_init(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("init", "write a randomly initialised model directory");
   cmd->add_option("--seed", f->seed, "initialisation seed")->required();
-  cmd->add_option("-o,--output", f->out, "the model directory to create (must not exist)")->required();
+  cmd->add_option("-o,--output", f->out, "the model directory to create (must not exist; missing parents are created)")->required();
   ModelConfig& c = f->config;
   cmd->add_option("--vocab-size", c.vocab_size, "token ids in [0, N); 256 is bytes")->capture_default_str();
   cmd->add_option("--length", c.length, "window: most positions a row holds")->capture_default_str();
@@ -36,6 +38,15 @@ Run add_init(CLI::App& app) {
     ModelMetadata meta;
     meta.precision = parse_precision(f->precision);
     const std::vector<float> params = init_parameters(config, f->seed);
+    // Missing parent folders are created, as train creates its --checkpoint-dir's.
+    const std::filesystem::path parent = std::filesystem::path(f->out).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+      std::filesystem::create_directories(parent, ec);
+      if (ec)
+        throw Error(ErrorKind::io, "cannot create the parent folder '" + parent.string() + "' of '" + f->out +
+                                       "': " + ec.message());
+    }
     write_model_directory(f->out, config, params, meta);
     std::printf("init: wrote %s: %s parameters, %s\n", f->out.c_str(),
                 with_commas(static_cast<int64_t>(params.size())).c_str(),

@@ -1,35 +1,24 @@
 // lockstep train (alias: run): train a run file into a checkpoint directory, with a live progress
 // line on a terminal and plain lines otherwise. The work and metrics.jsonl are the library's.
-#include <sys/ioctl.h>
+// SIGINT / SIGTERM stop the run cleanly (a checkpoint, then the command to resume); a second one
+// ends the process at once.
+#include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "lockstep/training_run.hpp"
 
 namespace lockstep::cli {
 namespace {
-
-std::string duration_text(double seconds) {
-  if (!(seconds >= 0.0) || seconds > 1e8) return "?";
-  const int64_t s = static_cast<int64_t>(std::llround(seconds));
-  char buf[32];
-  if (s >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(s / 3600),
-                  static_cast<long long>(s / 60 % 60));
-  } else if (s >= 60) {
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(s / 60),
-                  static_cast<long long>(s % 60));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(s));
-  }
-  return buf;
-}
 
 std::string loss_text(float loss) {
   char buf[64];
@@ -43,7 +32,7 @@ std::string loss_text(float loss) {
 // evaluations and at least every ten seconds.
 class Progress : public RunObserver {
  public:
-  explicit Progress(bool terminal) : terminal_(terminal) {}
+  explicit Progress(bool terminal) : line_(stdout, terminal) {}
 
   void started(const RunStart& s) override {
     std::printf("train: run %s, %s parameters (%s as f32), %s tokens a step\n", s.slug.c_str(),
@@ -65,32 +54,19 @@ class Progress : public RunObserver {
 
   void step(const StepReport& r) override {
     if (r.held_out_loss) held_out_ = r.held_out_loss;
-    const auto now = std::chrono::steady_clock::now();
-    const double since = std::chrono::duration<double>(now - printed_).count();
     const bool milestone = r.held_out_loss || r.step == r.last_step || r.step == first_;
-    if (!milestone && since < (terminal_ ? 0.1 : 10.0)) return;
-    printed_ = now;
+    if (!line_.due(milestone)) return;
     char buf[256];
     std::snprintf(buf, sizeof(buf), "step %lld/%lld  loss %.4f", static_cast<long long>(r.step),
                   static_cast<long long>(r.last_step), static_cast<double>(r.loss));
     std::string line = buf;
-    const std::optional<float> held = terminal_ ? held_out_ : r.held_out_loss;
+    const std::optional<float> held = line_.terminal() ? held_out_ : r.held_out_loss;
     if (held) line += "  held-out " + loss_text(*held);
     std::snprintf(buf, sizeof(buf), "  lr %.3g  %s tok/s  %s left", static_cast<double>(r.lr),
                   with_commas(std::llround(r.tokens_per_second)).c_str(),
                   duration_text(r.seconds_left).c_str());
     line += buf;
-    if (terminal_) {
-      // Cut to the terminal's width: a wrapped line could not be redrawn in place.
-      winsize size{};
-      if (::ioctl(1, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 && line.size() >= size.ws_col)
-        line.resize(size.ws_col - 1u);
-      std::printf("\r\033[K%s", line.c_str());
-      live_ = true;
-    } else {
-      std::printf("%s\n", line.c_str());
-    }
-    std::fflush(stdout);
+    line_.show(line);
   }
 
   void checkpoint(const CheckpointReport& c) override {
@@ -101,21 +77,62 @@ class Progress : public RunObserver {
     std::printf("%s\n", c.removed.empty() ? "" : ")");
     std::fflush(stdout);
     // Redraw the live line after the message on the next step.
-    printed_ = {};
+    line_.reset();
   }
 
-  void end_line() {
-    if (live_) std::printf("\n");
-    live_ = false;
-  }
+  void end_line() { line_.end_line(); }
 
  private:
-  bool terminal_;
-  bool live_ = false;
+  LiveLine line_;
   int64_t first_ = 1;
   std::optional<float> held_out_;
-  std::chrono::steady_clock::time_point printed_{};
 };
+
+// The stop request the signal handler sets and the run polls (RunOptions::stop), and the signal
+// that set it. A handler can only reach process-wide state, hence these two statics.
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+std::atomic<bool> stop_requested{false};
+std::atomic<int> stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (stop_requested.exchange(true)) {
+    // The second signal: end now. Checkpoints are renamed into place whole, so at most a
+    // temporary is left, which the next run removes.
+    static const char message[] = "\nlockstep train: stopped at once; complete checkpoints are kept\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, message, sizeof(message) - 1);
+    ::_exit(128 + sig);
+  }
+  stop_signal.store(sig);
+  // Ctrl-C in `lockstep train ... | tee log` ends the reader too: from now on a write to the
+  // vanished pipe fails instead of killing the process before its checkpoint is written.
+  struct sigaction ignore;
+  std::memset(&ignore, 0, sizeof(ignore));
+  ignore.sa_handler = SIG_IGN;
+  ::sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
+void install_stop_handlers() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;
+  ::sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
+// `arg` as a POSIX shell reads it back: bare when it holds only safe characters, else in single
+// quotes.
+std::string shell_word(const std::string& arg) {
+  bool bare = !arg.empty();
+  for (const char c : arg)
+    bare = bare && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-./:=@%+,", c) != nullptr);
+  if (bare) return arg;
+  std::string out = "'";
+  for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 }  // namespace
 
@@ -137,7 +154,7 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--steps", f->steps, "the step to end at, instead of the run file's :steps");
   cmd->add_flag("--resume", f->resume, "continue from the newest complete checkpoint in --checkpoint-dir");
   f->device.add_to(*cmd);
-  return [f, cmd] {
+  return [f, cmd, &app] {
     const RunSpec spec = read_run_file(f->run_file);
     const LoadOptions device = f->device.load_options();
     RunOptions options;
@@ -152,6 +169,8 @@ Run add_train(CLI::App& app) {
     }
     Progress progress(::isatty(1) == 1);
     options.observer = &progress;
+    options.stop = &stop_requested;
+    install_stop_handlers();
     RunResult result;
     try {
       result = run_training(spec, f->dir, options);
@@ -161,6 +180,28 @@ Run add_train(CLI::App& app) {
       throw;
     }
     progress.end_line();
+    std::fflush(stdout);
+    if (result.stopped) {
+      const int sig = stop_signal.load();
+      // The command that continues this run: the program as it was called, the same run file,
+      // directory and end step.
+      std::string again = shell_word(app.get_name().empty() ? "lockstep" : app.get_name()) + " " +
+                          cmd->get_name() + " " + shell_word(f->run_file) + " --checkpoint-dir " +
+                          shell_word(f->dir) + " --resume";
+      if (options.steps) again += " --steps " + std::to_string(*options.steps);
+      if (result.last_step == result.first_step) {
+        std::fprintf(stderr, "lockstep train: stopped by %s before the first step; nothing was written\n",
+                     sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        if (!result.last_checkpoint.empty()) std::fprintf(stderr, "  resume with: %s\n", again.c_str());
+      } else {
+        std::fprintf(stderr, "lockstep train: stopped by %s after step %lld of %lld; checkpoint %s\n",
+                     sig == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<long long>(result.last_step),
+                     static_cast<long long>(options.steps.value_or(spec.steps)),
+                     result.last_checkpoint.c_str());
+        std::fprintf(stderr, "  resume with: %s\n", again.c_str());
+      }
+      return 128 + (sig == SIGTERM ? SIGTERM : SIGINT);
+    }
     if (result.last_step == result.first_step) {
       std::printf("train: already at step %lld; nothing to do (--steps sets a later end)\n",
                   static_cast<long long>(result.last_step));

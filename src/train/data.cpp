@@ -18,7 +18,18 @@ namespace {
 // Appends the whole file to `out`; returns its size.
 int64_t append_file(const std::string& path, std::vector<uint8_t>& out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(ErrorKind::io, "data file '" + path + "': " + std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    std::string where;
+    if (!path.empty() && path[0] != '/') {
+      // A relative path is read from the current directory: say which file that was.
+      std::vector<char> cwd(4096);
+      const std::string base = ::getcwd(cwd.data(), cwd.size()) ? std::string(cwd.data()) : std::string("?");
+      where = " (tried " + base + (base.size() > 1 ? "/" : "") + path +
+              ": relative :data paths are read from the current directory)";
+    }
+    throw Error(ErrorKind::io, "data file '" + path + "': " + std::strerror(err) + where);
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

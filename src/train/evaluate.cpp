@@ -18,9 +18,11 @@ int64_t group_rows(const ModelConfig& c, int64_t cols) {
   return std::max<int64_t>(1, (int64_t{1} << 19) / per_row);
 }
 
-// Adds the losses of ids [rows, cols] to `total` in order; returns how many were added.
+// Adds the losses of ids [rows, cols] to `total` in order; returns how many were added. With
+// `progress`, reports `done` (advanced by each call's count) against `all` after each call.
 int64_t add_losses(const Model& model, const int32_t* ids, int64_t rows, int64_t cols,
-                   const CallOptions& call, float& total) {
+                   const CallOptions& call, float& total, const EvaluationProgress& progress = {},
+                   int64_t* done = nullptr, int64_t all = 0) {
   const int64_t group = group_rows(model.config(), cols);
   int64_t count = 0;
   for (int64_t r = 0; r < rows; r += group) {
@@ -28,6 +30,10 @@ int64_t add_losses(const Model& model, const int32_t* ids, int64_t rows, int64_t
     const std::vector<float> losses = model.token_losses({ids + r * cols, n, cols}, call);
     for (const float l : losses) total = total + l;
     count += static_cast<int64_t>(losses.size());
+    if (progress && done) {
+      *done += static_cast<int64_t>(losses.size());
+      progress(*done, all);
+    }
   }
   return count;
 }
@@ -43,7 +49,8 @@ float mean_window_loss(const Model& model, const std::vector<int32_t>& ids, int6
 
 }  // namespace train
 
-ByteEvaluation evaluate_bytes(const Model& model, std::span<const uint8_t> bytes, const CallOptions& call) {
+ByteEvaluation evaluate_bytes(const Model& model, std::span<const uint8_t> bytes, const CallOptions& call,
+                              const EvaluationProgress& progress) {
   const ModelConfig& c = model.config();
   const int64_t n = static_cast<int64_t>(bytes.size());
   if (n < 2)
@@ -64,10 +71,11 @@ ByteEvaluation evaluate_bytes(const Model& model, std::span<const uint8_t> bytes
     for (int64_t t = 0; t <= L; ++t)
       ids[static_cast<size_t>(w * (L + 1) + t)] = bytes[static_cast<size_t>(w * L + t)];
   float total = 0.0f;
-  int64_t count = train::add_losses(model, ids.data(), full, L + 1, call, total);
+  int64_t done = 0;
+  int64_t count = train::add_losses(model, ids.data(), full, L + 1, call, total, progress, &done, n - 1);
   if (rest > 0) {
     std::vector<int32_t> tail(bytes.begin() + full * L, bytes.end());
-    count += train::add_losses(model, tail.data(), 1, rest + 1, call, total);
+    count += train::add_losses(model, tail.data(), 1, rest + 1, call, total, progress, &done, n - 1);
   }
   ByteEvaluation e;
   e.loss = total / static_cast<float>(count);
@@ -79,12 +87,13 @@ ByteEvaluation evaluate_bytes(const Model& model, std::span<const uint8_t> bytes
   return e;
 }
 
-ByteEvaluation evaluate_file(const Model& model, const std::string& path, const CallOptions& call) {
+ByteEvaluation evaluate_file(const Model& model, const std::string& path, const CallOptions& call,
+                             const EvaluationProgress& progress) {
   const format::MappedFile file(path);
   if (file.bytes().size() < 2)
     throw Error(ErrorKind::invalid_argument, "'" + path + "' holds " + std::to_string(file.bytes().size()) +
                                                  " bytes; evaluation needs at least 2");
-  return evaluate_bytes(model, file.bytes(), call);
+  return evaluate_bytes(model, file.bytes(), call, progress);
 }
 
 }  // namespace lockstep

@@ -236,6 +236,13 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
   const Clock::time_point began = Clock::now();
   double train_seconds = 0.0;
 
+  auto stop_asked = [&] { return options.stop != nullptr && options.stop->load(); };
+  // Asked to stop before any step: nothing trained, nothing written.
+  if (stop_asked() && first < last) {
+    result.stopped = true;
+    return result;
+  }
+
   for (int64_t step = first + 1; step <= last; ++step) {
     const std::vector<int32_t> ids = data.training_batch(run.seed, step);
     const float lr = learning_rate_at(run, step);
@@ -274,7 +281,9 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
     metrics.append({step, report.loss, lr, report.held_out_loss, report.tokens_per_second, elapsed});
     if (options.observer) options.observer->step(report);
 
-    if ((run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last) {
+    // Asked to stop: this step is done; write its checkpoint (the schedule may already) and end.
+    const bool stopping = stop_asked() && step < last;
+    if ((run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last || stopping) {
       CheckpointReport written;
       written.step = step;
       try {
@@ -288,6 +297,10 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
       if (options.observer) options.observer->checkpoint(written);
     }
     result.last_step = step;
+    if (stopping) {
+      result.stopped = true;
+      break;
+    }
   }
   return result;
 }
