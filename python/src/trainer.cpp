@@ -25,6 +25,7 @@ namespace {
 struct HostTrainer {
   ModelConfig config;
   Precision precision = Precision::f32;  // a model's own when built from one
+  std::string weight_format = "float32";   // of the parameters given (a model's, or packed ones)
   bool threaded = true;
   std::optional<int> threads;
   mutable std::mutex mutex;  // guards `trainer`: a step swaps its state
@@ -147,8 +148,10 @@ LanguageModelHostTrainer(parameters, *, m=None, v=None, shape=None, completed_st
                          threads=None)
 
 parameters: a LanguageModelInference to start from (its parameters, dimensions and precision),
-    or flat float32 parameters (shape.n_total finite values), or a dict of named float32 tensors.
-    Copied.
+    or flat float32 parameters (shape.n_total finite values), or a dict of named float32 tensors
+    whose matrices may be packed (lockstep.lowbit, expanded exactly). Copied. Array-likes of
+    other real dtypes are taken when float32 holds each value exactly (as for
+    LanguageModelInference).
 shape: a LanguageModelConfig. Required with flat or named parameters: the window, batch, heads,
     norm_eps and rope_theta cannot be read off them (TypeError without it). With a model it
     defaults to the model's, and may differ from it in batch alone.
@@ -171,6 +174,7 @@ std::unique_ptr<HostTrainer> make_trainer(py::handle parameters, py::handle m_ar
     const Inference& model = parameters.cast<const Inference&>();
     self->config = config_for_model(model.config(), shape);
     self->precision = model.model->precision();
+    self->weight_format = model.weight_format();
   } else {
     if (shape.is_none())
       throw py::type_error(
@@ -188,6 +192,7 @@ std::unique_ptr<HostTrainer> make_trainer(py::handle parameters, py::handle m_ar
     state.parameters.assign(p.begin(), p.end());
   } else {
     const Parameters given = parameters_from(parameters, self->config);
+    self->weight_format = given.weight_format;
     state.parameters.assign(given.values().begin(), given.values().end());
   }
   state.m = m_arg.is_none() ? std::vector<float>(static_cast<size_t>(n), 0.0f) : floats_from(m_arg, n, "m");
@@ -308,6 +313,10 @@ is not finite: RuntimeError) leaves the state unchanged and gradient_ None.
                              [](const HostTrainer& self) { return std::string(precision_name(self.precision)); },
                              "\"f32\" or \"bf16\": the precision of the matmuls (a model's own when "
                              "built from one, else f32).")
+      .def_property_readonly("weight_format", [](const HostTrainer& self) { return self.weight_format; },
+                             "\"float32\", or the packed format of the parameters the trainer started "
+                             "from (a packed model's, or lockstep.lowbit tensors, expanded exactly); "
+                             "training updates them as float32 either way.")
       .def(
           "save_model",
           [](const HostTrainer& self, PathArg path) {
