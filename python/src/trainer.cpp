@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "arg_types.hpp"
+#include "checkpoint.hpp"
 #include "convert.hpp"
 #include "inference.hpp"
 #include "lockstep/format.hpp"
@@ -317,6 +318,53 @@ is not finite: RuntimeError) leaves the state unchanged and gradient_ None.
                              "\"float32\", or the packed format of the parameters the trainer started "
                              "from (a packed model's, or lockstep.lowbit tensors, expanded exactly); "
                              "training updates them as float32 either way.")
+      .def(
+          "parameter_registry",
+          [](const HostTrainer& self) {
+            const ParameterRegistry registry(self.config);
+            py::list out;
+            for (const ParameterInfo& e : registry.entries()) {
+              py::tuple shape(e.shape.size());
+              for (size_t i = 0; i < e.shape.size(); ++i) shape[i] = py::int_(e.shape[i]);
+              py::dict d;
+              d["name"] = e.name;
+              d["shape"] = shape;
+              d["offset"] = e.offset;
+              d["count"] = e.count;
+              out.append(d);
+            }
+            return out;
+          },
+          R"doc(
+The parameters in the order of the flat vector: a list of dicts with "name", "shape" (a tuple;
+matrices are [in, out]), "offset" (where it starts in parameters_, m_ and v_) and "count". The
+names are the keys of the named-parameter dict, of params.safetensors and (with "m." / "v."
+before them) of a checkpoint's optimizer.safetensors.
+)doc")
+      .def(
+          "save_checkpoint",
+          [](const HostTrainer& self, PathArg location, PathArg run_file) {
+            const py::module_ os = py::module_::import("os");
+            const std::string where = os.attr("fsdecode")(location).cast<std::string>();
+            const std::string run = os.attr("fsdecode")(run_file).cast<std::string>();
+            py::gil_scoped_release release;
+            std::lock_guard lock(self.mutex);
+            return save_checkpoint(where, run, *self.trainer, self.precision);
+          },
+          py::arg("location"), py::arg("run_file"), R"doc(
+Writes the trainer's state as the checkpoint step LOCATION/step-<completed_steps> (LOCATION is
+created when missing; the step must not exist) and returns its path: the model, AdamW's moments
+and the step, with a copy of the run file `run_file` and the sizes and SHA-256s of its data
+files, written whole or not at all by the writer `lockstep train` uses. `lockstep train
+RUN_FILE --checkpoint-dir LOCATION --resume` continues it (its checks passing: same model, data
+and :precision), and `from_checkpoint`, `serve`, `call` and `export` read it.
+
+The run file must describe this trainer: its model keys and :batch give the trainer's shape
+and its :precision the trainer's precision (ValueError naming the difference otherwise); one
+with :ema or :load is refused, since this trainer keeps no averages and freezes nothing. The
+run file's optimiser keys (:lr, :beta1, ...), not this trainer's lr and betas, govern the steps a
+resumed run takes. Without a run file, save_model writes the parameters as a model directory.
+)doc")
       .def(
           "save_model",
           [](const HostTrainer& self, PathArg path) {
