@@ -29,7 +29,7 @@ class Typed : public py::object {
 
 LOCKSTEP_PY_TYPE(IdsArg, "numpy.ndarray");
 LOCKSTEP_PY_TYPE(ParametersOrModelArg,
-                 "numpy.ndarray | dict[str, numpy.ndarray] | LanguageModelInference");
+                 "ArrayLike | dict[str, ArrayLike | PackedTensor] | LanguageModelInference");
 LOCKSTEP_PY_TYPE(OptionalArrayArg, "numpy.ndarray | None");
 LOCKSTEP_PY_TYPE(OptionalConfigArg, "LanguageModelConfig | None");
 LOCKSTEP_PY_TYPE(BoolArg, "bool");

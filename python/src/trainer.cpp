@@ -359,6 +359,10 @@ files, written whole or not at all by the writer `lockstep train` uses. `lockste
 RUN_FILE --checkpoint-dir LOCATION --resume` continues it (its checks passing: same model, data
 and :precision), and `from_checkpoint`, `serve`, `call` and `export` read it.
 
+Relative paths (LOCATION, the run file's :data) are read from the current directory, as
+`lockstep train` reads them; the checkpoint records :data as the run file writes it, and resuming
+compares those records, so resume from the directory this was called from.
+
 The run file must describe this trainer: its model keys and :batch give the trainer's shape
 and its :precision the trainer's precision (ValueError naming the difference otherwise); one
 with :ema or :load is refused, since this trainer keeps no averages and freezes nothing. The

@@ -44,7 +44,7 @@ def test_signatures_name_real_types(extension):
     assert "shape: LanguageModelConfig | None = None" in init
     trainer = extension.LanguageModelHostTrainer.__init__.__doc__
     assert "lr: float = 0.001" in trainer and "betas: tuple[float, float]" in trainer
-    assert "parameters: numpy.ndarray | dict[str, numpy.ndarray] | LanguageModelInference" in trainer
+    assert "parameters: ArrayLike | dict[str, ArrayLike | PackedTensor] | LanguageModelInference" in trainer
     generate = pydoc.render_doc(extension.LanguageModelInference.generate)
     for text in ("prompt: bytes | str | Sequence[int]", "max_tokens: int = 64", "temperature: float = 0.0",
                  "top_k: int = 0", "seed: int = 0", "stop: bytes | str | None = None",
