@@ -110,6 +110,20 @@ def test_save_checkpoint_writes_what_training_writes(extension, run):
     lockstep("export", "--checkpoint", path, "-o", "exported", cwd=run)
     assert (extension.LanguageModelInference.from_checkpoint(str(run / "exported")).parameters_sha256()
             == trainer.parameters_sha256())
+    # `serve` answers from it with the model's bits.
+    from lockstep import client
+    from test_client import Served
+
+    server = Served(str(run / path), str(run / "ck.sock"))
+    try:
+        assert server.banner.startswith(f"serving {run / path} on ")
+        ids = np.frombuffer(b"a checkpoint from Python", np.uint8).astype(np.int32)[:DIMENSIONS["length"]]
+        ids = np.resize(ids, (1, DIMENSIONS["length"]))
+        with client.Client(server.sock) as c:
+            assert c.step == 2 and c.slug == "pyck"
+            assert c.call(ids)["logits"].tobytes() == model.logits(ids).tobytes()
+    finally:
+        assert server.stop()[0] == 128 + 15
 
 
 def test_save_checkpoint_refusals(extension, run, tmp_path):
