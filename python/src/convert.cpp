@@ -67,14 +67,17 @@ FloatArray float32_array(py::handle obj, const std::string& name) {
     throw py::type_error(name + " must be float32, or real numbers that float32 holds exactly; got " +
                          (kind == 'O' ? std::string("objects") : dtype_name(a)));
   const py::module_ np = py::module_::import("numpy");
-  // The cast and the comparison in long double (x86-64: 64-bit significand), which holds every
-  // int64, uint64 and float64 exactly; overflow to inf is then a mismatch, not a warning.
+  // The comparison is made in a type that holds both sides exactly: float64 for floats up to
+  // float64 and integers up to 32 bits, long double (x86-64: a 64-bit significand; aarch64:
+  // 113 bits) for 64-bit integers and long double data. Overflow to inf is then a mismatch, not
+  // a warning.
+  const bool narrow_enough = kind == 'f' ? a.dtype().itemsize() <= 8 : a.dtype().itemsize() <= 4;
   py::object state = np.attr("errstate")(py::arg("all") = "ignore");
   state.attr("__enter__")();
   py::object converted, mismatch;
   try {
     converted = a.attr("astype")(np.attr("float32"));
-    const py::object wide = np.attr("longdouble");
+    const py::object wide = np.attr(narrow_enough ? "float64" : "longdouble");
     mismatch = np.attr("not_equal")(a.attr("astype")(wide), converted.attr("astype")(wide));
     if (kind == 'f') mismatch = np.attr("logical_and")(mismatch, np.attr("logical_not")(np.attr("isnan")(a)));
   } catch (...) {

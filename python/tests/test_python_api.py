@@ -272,6 +272,12 @@ def test_array_like_parameters(extension, lm):
     huge[2] = 2**24 + 1  # the first integer float32 does not hold
     with pytest.raises(ValueError, match=r"parameters\[2\] = 16777217 \(int64\)"):
         Inference(huge, shape=small)
+    with pytest.raises(ValueError, match=r"parameters\[2\] = 16777217 \(int32\)"):
+        Inference(huge.astype(np.int32), shape=small)
+    wide = np.zeros(small.n_total, np.uint64)
+    wide[1] = 2**63 + 1  # float32 holds 2**63, not this
+    with pytest.raises(ValueError, match=r"parameters\[1\] = 9223372036854775809 \(uint64\)"):
+        Inference(wide, shape=small)
     with pytest.raises(ValueError, match=r"parameters\[0\] = 1e\+300 \(float64\) is beyond float32's range"):
         Inference([1e300] + [0.0] * (small.n_total - 1), shape=small)
     matrix = dict(named, head=np.array(named["head"], np.float64))
