@@ -11,7 +11,9 @@ The classes that run and train a model in this process come from the compiled mo
 - ``LanguageModelConfig``: a model's dimensions and the layout of its flat parameters.
 - ``LanguageModelInference``: logits (ragged ``lengths`` allowed), hidden states, loss,
   greedy next bytes, with a threaded and a reference path that give the same bits.
-- ``LanguageModelHostTrainer``: one AdamW step at a time.
+- ``LanguageModelHostTrainer``: one AdamW step at a time; ``save_model`` and
+  ``save_checkpoint`` write its state for the command's readers.
+- ``lockstep.lowbit``: q8-packed matrices (pack, read, expand exactly); import it explicitly.
 
 ``lockstep.client`` talks to ``lockstep serve`` over its Unix socket (docs/PROTOCOL.md). This
 package imports with the standard library alone; where the compiled module is not built (or not

@@ -29,7 +29,7 @@ class Typed : public py::object {
 
 LOCKSTEP_PY_TYPE(IdsArg, "numpy.ndarray");
 LOCKSTEP_PY_TYPE(ParametersOrModelArg,
-                 "numpy.ndarray | dict[str, numpy.ndarray] | LanguageModelInference");
+                 "ArrayLike | dict[str, ArrayLike | PackedTensor] | LanguageModelInference");
 LOCKSTEP_PY_TYPE(OptionalArrayArg, "numpy.ndarray | None");
 LOCKSTEP_PY_TYPE(OptionalConfigArg, "LanguageModelConfig | None");
 LOCKSTEP_PY_TYPE(BoolArg, "bool");
@@ -42,9 +42,14 @@ LOCKSTEP_PY_TYPE(PathArg, "str | os.PathLike");
 LOCKSTEP_PY_TYPE(LengthsArg, "Sequence[int] | None");
 LOCKSTEP_PY_TYPE(TokensArg, "bytes | str | Sequence[int]");
 LOCKSTEP_PY_TYPE(ClassArg, "type");
+LOCKSTEP_PY_TYPE(ArrayArg, "numpy.ndarray");
+LOCKSTEP_PY_TYPE(StrArg, "str");
+LOCKSTEP_PY_TYPE(StopArg, "bytes | str | None");
+LOCKSTEP_PY_TYPE(CallbackArg, "Callable[[int], object] | None");
 // Return types
 LOCKSTEP_PY_TYPE(InferenceResult, "LanguageModelInference");
 LOCKSTEP_PY_TYPE(TrainerResult, "LanguageModelHostTrainer");
+LOCKSTEP_PY_TYPE(GeneratedResult, "bytes | list[int]");
 
 #undef LOCKSTEP_PY_TYPE
 

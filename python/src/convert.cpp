@@ -1,6 +1,9 @@
 #include "convert.hpp"
 
+#include "lowbit.hpp"
+
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -34,13 +37,68 @@ py::array_t<T, py::array::c_style> aligned(py::array_t<T, py::array::c_style> a)
   return copy;
 }
 
-// A float32 array (any shape) from an array-like: TypeError for any other dtype, since a silent
-// rounding of float64 values would change the model's bits.
+// "[3]" or "[3, 4]": the position of flat index `i` in an array of a's shape.
+std::string position_text(const py::array& a, py::ssize_t i) {
+  std::vector<py::ssize_t> at(static_cast<size_t>(a.ndim()));
+  for (py::ssize_t d = a.ndim() - 1; d >= 0; --d) {
+    at[static_cast<size_t>(d)] = a.shape(d) ? i % a.shape(d) : 0;
+    i = a.shape(d) ? i / a.shape(d) : 0;
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < at.size(); ++d) s += (d ? ", " : "") + std::to_string(at[d]);
+  return s + "]";
+}
+
+// A float32 array (any shape) from an array-like of real numbers (document 003's "array-like"):
+// a float32 array is used as it is; any other float or integer dtype (a list of Python floats is
+// float64) is converted when every value is exactly a float32, so that no value the caller gave
+// is silently rounded. The first value that is not is a ValueError naming its position, the
+// value and the float32 nearest it; bool, complex, str or object data is a TypeError.
+// NaN and infinities convert as themselves (the finiteness checks come later).
 FloatArray float32_array(py::handle obj, const std::string& name) {
   py::array a = as_array(obj);
-  if (a.dtype().kind() != 'f' || a.dtype().itemsize() != 4)
-    throw py::type_error(name + " must be float32; got " + dtype_name(a));
-  FloatArray f = FloatArray::ensure(a);
+  const char kind = a.dtype().kind();
+  if (kind == 'f' && a.dtype().itemsize() == 4) {
+    FloatArray f = FloatArray::ensure(a);
+    if (!f) throw py::error_already_set();
+    return aligned(std::move(f));
+  }
+  if (kind != 'f' && kind != 'i' && kind != 'u')
+    throw py::type_error(name + " must be float32, or real numbers that float32 holds exactly; got " +
+                         (kind == 'O' ? std::string("objects") : dtype_name(a)));
+  const py::module_ np = py::module_::import("numpy");
+  // The comparison is made in a type that holds both sides exactly: float64 for floats up to
+  // float64 and integers up to 32 bits, long double (x86-64: a 64-bit significand; aarch64:
+  // 113 bits) for 64-bit integers and long double data. Overflow to inf is then a mismatch, not
+  // a warning.
+  const bool narrow_enough = kind == 'f' ? a.dtype().itemsize() <= 8 : a.dtype().itemsize() <= 4;
+  py::object state = np.attr("errstate")(py::arg("all") = "ignore");
+  state.attr("__enter__")();
+  py::object converted, mismatch;
+  try {
+    converted = a.attr("astype")(np.attr("float32"));
+    const py::object wide = np.attr(narrow_enough ? "float64" : "longdouble");
+    mismatch = np.attr("not_equal")(a.attr("astype")(wide), converted.attr("astype")(wide));
+    if (kind == 'f') mismatch = np.attr("logical_and")(mismatch, np.attr("logical_not")(np.attr("isnan")(a)));
+  } catch (...) {
+    state.attr("__exit__")(py::none(), py::none(), py::none());
+    throw;
+  }
+  state.attr("__exit__")(py::none(), py::none(), py::none());
+  if (mismatch.attr("any")().cast<bool>()) {
+    const auto i = np.attr("flatnonzero")(mismatch)[py::int_(0)].cast<py::ssize_t>();
+    const py::object value = a.attr("reshape")(-1)[py::int_(i)];
+    const py::object nearest = converted.attr("reshape")(-1)[py::int_(i)];
+    const std::string head =
+        name + position_text(a, i) + " = " + py::repr(value.attr("item")()).cast<std::string>() + " (" + dtype_name(a) + ")";
+    const double rounded = py::float_(nearest).cast<double>();
+    if (std::isinf(rounded))
+      throw py::value_error(head + " is beyond float32's range (largest finite about 3.4028235e+38)");
+    throw py::value_error(head + " is not exactly a float32 (the nearest is " +
+                          py::repr(py::float_(rounded)).cast<std::string>() +
+                          "); round it with numpy.float32 first if that is meant");
+  }
+  FloatArray f = FloatArray::ensure(converted);
   if (!f) throw py::error_already_set();
   return aligned(std::move(f));
 }
@@ -94,6 +152,12 @@ IdsArray narrow(const py::array& a, const ModelConfig& config, const std::vector
     }
   }
   return ids;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
 }
 
 }  // namespace
@@ -154,25 +218,46 @@ Parameters parameters_from(py::handle obj, const ModelConfig& config) {
   Parameters out;
   if (py::hasattr(obj, "keys") && py::hasattr(obj, "items")) {
     // The dict form: named tensors, checked against the registry by from_named.
+    // Packed matrices (lockstep.lowbit.PackedTensor) are expanded here, exactly as loading a
+    // packed file expands them; the format they share becomes weight_format.
     std::vector<NamedTensor> tensors;
+    std::vector<std::string> packed, plain;  // the matrices given in each form
+    std::string format;
     for (py::handle item : obj.attr("items")()) {
       py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
       if (!py::isinstance<py::str>(pair[0]))
         throw py::type_error("parameter names must be str; got " + py::repr(pair[0]).cast<std::string>());
       NamedTensor t;
       t.name = pair[0].cast<std::string>();
-      const FloatArray a = float32_array(pair[1], "parameter '" + t.name + "'");
-      t.shape.assign(a.shape(), a.shape() + a.ndim());
-      t.values.assign(a.data(), a.data() + a.size());
+      if (py::isinstance<PackedTensor>(pair[1])) {
+        const PackedTensor& p = pair[1].cast<const PackedTensor&>();
+        t.shape = {p.rows, p.cols};
+        t.values = p.expand();
+        packed.push_back(t.name + " (" + p.format + ")");
+        if (!format.empty() && format != p.format)
+          throw py::value_error("the packed parameters mix formats " + format + " and " + p.format + ": " + joined(packed));
+        format = p.format;
+      } else {
+        const FloatArray a = float32_array(pair[1], "parameter '" + t.name + "'");
+        t.shape.assign(a.shape(), a.shape() + a.ndim());
+        t.values.assign(a.data(), a.data() + a.size());
+        if (a.ndim() == 2) plain.push_back(t.name);
+      }
       tensors.push_back(std::move(t));
     }
+    if (!packed.empty() && !plain.empty())
+      throw py::value_error("the parameter matrices mix formats: packed " + joined(packed) + "; float32 " +
+                            joined(plain) + " (give every matrix packed in one format, or none)");
     out.owned = from_named(registry, tensors);
     out.from_dict = true;
+    if (!packed.empty()) out.weight_format = format;
     return out;
   }
   out.array = float_vector(obj, registry.total(), "parameters");
   return out;
 }
+
+FloatArray float32_values(py::handle obj, const std::string& name) { return float32_array(obj, name); }
 
 std::vector<float> floats_from(py::handle obj, int64_t count, const char* name) {
   const FloatArray a = float_vector(obj, count, name);

@@ -42,18 +42,25 @@ inline IdsView ids_view(const IdsArray& ids) {
 std::optional<std::vector<int32_t>> lengths_list(py::handle obj);
 
 // Flat float32 parameters of `config` [n_total]: a float32 array used in place when it is
-// C-contiguous, or the values gathered from a dict of named tensors (registry names and shapes,
-// any order).
+// C-contiguous (any other array-like of real numbers converted when float32 holds every value
+// exactly, ValueError naming the first that it does not), or the values gathered from a dict of named tensors (registry names and shapes,
+// any order; a matrix may be a lockstep.lowbit.PackedTensor).
 struct Parameters {
   FloatArray array;          // the caller's array (or a converted copy of it)
   std::vector<float> owned;  // the dict form, flattened
   bool from_dict = false;
+  // "float32", or the packed format every matrix of the dict form was given in
+  // (lockstep.lowbit.PackedTensor, expanded exactly); a dict mixing them is refused.
+  std::string weight_format = "float32";
   std::span<const float> values() const {
     if (from_dict) return owned;
     return {array.data(), static_cast<size_t>(array.size())};
   }
 };
 Parameters parameters_from(py::handle obj, const ModelConfig& config);
+// A float32 array of any shape from an array-like of real numbers, by the rule of parameters_from
+// (converted only when float32 holds every value exactly); `name` is used in messages.
+FloatArray float32_values(py::handle obj, const std::string& name);
 // A float32 array-like of exactly `count` values, for the trainer's moments; `name` is used in
 // messages.
 std::vector<float> floats_from(py::handle obj, int64_t count, const char* name);

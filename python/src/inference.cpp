@@ -49,8 +49,12 @@ next bytes, with the same bits on every path.
 LanguageModelInference(parameters, *, shape=None, threaded=True, threads=None)
 
 parameters: flat float32 parameters (shape.n_total values, all finite; a numpy float32 array is
-    read in place) or a dict of named float32 tensors (names and shapes from
-    shape.parameter_names / shape.parameter_shapes). Copied; the model never changes. Or another
+    read in place; any other array-like of real numbers, a list of floats or a float64 array,
+    is taken when float32 holds each value exactly, else ValueError naming the first that it
+    does not: lockstep never rounds a value you give) or a dict of named float32 tensors (names
+    and shapes from shape.parameter_names / shape.parameter_shapes), whose matrices may be packed
+    (lockstep.lowbit.PackedTensor, expanded exactly; all of them in one format or none:
+    weight_format then names it). Copied; the model never changes. Or another
     LanguageModelInference, whose model (immutable) this one shares, with its own threaded and
     threads settings; shape must then be None or that model's.
 shape: a LanguageModelConfig, or None for the default dimensions.
@@ -76,6 +80,7 @@ void bind_inference(py::module_& m) {
             self.threads = count;
             if (py::isinstance<Inference>(parameters)) {  // share its immutable model
               self.model = parameters.cast<const Inference&>().model;
+              self.given_format = parameters.cast<const Inference&>().given_format;
               if (!shape.is_none() && !(config_from(shape) == self.config()))
                 throw py::value_error("shape must be None or the model's own dimensions (" +
                                       py::repr(py::cast(self.config())).cast<std::string>() + "); got " +
@@ -84,6 +89,7 @@ void bind_inference(py::module_& m) {
             }
             const ModelConfig config = config_from(shape);
             const Parameters flat = parameters_from(parameters, config);
+            if (flat.weight_format != "float32") self.given_format = flat.weight_format;
             py::gil_scoped_release release;  // checks, SHA-256 and weight packing
             self.model = Model::from_parameters(config, flat.values(), model_options(flag, count));
             return self;
@@ -230,8 +236,9 @@ position (with lengths, its last real position), ties going to the lowest id.
                              "The model dimensions, a LanguageModelConfig.")
       .def_property_readonly("profile", [](const Inference& self) { return std::string(self.model->profile()); },
                              "The name of the arithmetic profile the model computes.")
-      .def_property_readonly("weight_format", [](const Inference& self) { return self.model->weight_format(); },
-                             "\"float32\", or the packed format the weights were read from.")
+      .def_property_readonly("weight_format", [](const Inference& self) { return self.weight_format(); },
+                             "\"float32\", or the packed format the weights were read from or given "
+                             "in (lockstep.lowbit): \"q8\".")
       .def_property_readonly("precision",
                              [](const Inference& self) { return std::string(precision_name(self.model->precision())); },
                              "\"f32\" or \"bf16\": the precision of the matmuls.")

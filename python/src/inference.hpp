@@ -14,6 +14,11 @@ struct Inference {
   std::shared_ptr<const Model> model;
   bool threaded = true;        // the instance's device: cpu (true) or reference (false)
   std::optional<int> threads;  // the instance's thread count; none: one per physical core
+  // The packed format of the named parameters given to the constructor (lockstep.lowbit);
+  // empty: the model's own (model.json's for a loaded model, else "float32").
+  std::string given_format;
+
+  std::string weight_format() const { return given_format.empty() ? model->weight_format() : given_format; }
 
   const ModelConfig& config() const { return model->config(); }
 

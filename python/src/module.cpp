@@ -21,6 +21,7 @@ void bind_inference(py::module_& m);
 void bind_trainer(py::module_& m);
 void bind_session(py::module_& m);
 void bind_sampling(py::module_& m);
+void bind_lowbit(py::module_& m);
 
 namespace {
 
@@ -196,6 +197,7 @@ PYBIND11_MODULE(_lockstep, m) {
   m.def("default_thread_count", &lockstep::default_thread_count,
         "One thread per physical core available to this process: what threads=None means.");
   bind_config(m);
+  bind_lowbit(m);  // before the classes whose signatures name PackedTensor
   bind_inference(m);
   bind_trainer(m);
   bind_session(m);

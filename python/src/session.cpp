@@ -110,9 +110,9 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
          "An empty Session on this model (threaded=, threads= as for the other calls).")
       .def(
           "generate",
-          [](const Inference& self, py::handle prompt, int32_t max_tokens, float temperature, int32_t top_k,
-             float top_p, uint64_t seed, py::handle stop, py::handle on_token, bool truncate, py::handle threaded,
-             py::handle threads) {
+          [](const Inference& self, TokensArg prompt, int32_t max_tokens, float temperature, int32_t top_k,
+             float top_p, uint64_t seed, StopArg stop, CallbackArg on_token, bool truncate, OptionalBoolArg threaded,
+             OptionalIntArg threads) {
             const std::vector<int32_t> ids = tokens_from(prompt, "prompt");
             GenerateOptions options;
             options.sampling = {temperature, top_k, top_p, seed};
@@ -148,9 +148,9 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
             }
             if (self.config().vocab_size == 256) {
               std::string bytes(out.begin(), out.end());
-              return py::object(py::bytes(bytes));
+              return GeneratedResult(py::bytes(bytes));
             }
-            return py::object(py::cast(out));
+            return GeneratedResult(py::cast(out));
           },
           py::arg("prompt"), py::arg("max_tokens") = 64, py::kw_only(), py::arg("temperature") = 0.0f,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(),

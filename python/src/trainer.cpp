@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "arg_types.hpp"
+#include "checkpoint.hpp"
 #include "convert.hpp"
 #include "inference.hpp"
 #include "lockstep/format.hpp"
@@ -25,6 +26,7 @@ namespace {
 struct HostTrainer {
   ModelConfig config;
   Precision precision = Precision::f32;  // a model's own when built from one
+  std::string weight_format = "float32";   // of the parameters given (a model's, or packed ones)
   bool threaded = true;
   std::optional<int> threads;
   mutable std::mutex mutex;  // guards `trainer`: a step swaps its state
@@ -147,8 +149,10 @@ LanguageModelHostTrainer(parameters, *, m=None, v=None, shape=None, completed_st
                          threads=None)
 
 parameters: a LanguageModelInference to start from (its parameters, dimensions and precision),
-    or flat float32 parameters (shape.n_total finite values), or a dict of named float32 tensors.
-    Copied.
+    or flat float32 parameters (shape.n_total finite values), or a dict of named float32 tensors
+    whose matrices may be packed (lockstep.lowbit, expanded exactly). Copied. Array-likes of
+    other real dtypes are taken when float32 holds each value exactly (as for
+    LanguageModelInference).
 shape: a LanguageModelConfig. Required with flat or named parameters: the window, batch, heads,
     norm_eps and rope_theta cannot be read off them (TypeError without it). With a model it
     defaults to the model's, and may differ from it in batch alone.
@@ -171,6 +175,7 @@ std::unique_ptr<HostTrainer> make_trainer(py::handle parameters, py::handle m_ar
     const Inference& model = parameters.cast<const Inference&>();
     self->config = config_for_model(model.config(), shape);
     self->precision = model.model->precision();
+    self->weight_format = model.weight_format();
   } else {
     if (shape.is_none())
       throw py::type_error(
@@ -188,6 +193,7 @@ std::unique_ptr<HostTrainer> make_trainer(py::handle parameters, py::handle m_ar
     state.parameters.assign(p.begin(), p.end());
   } else {
     const Parameters given = parameters_from(parameters, self->config);
+    self->weight_format = given.weight_format;
     state.parameters.assign(given.values().begin(), given.values().end());
   }
   state.m = m_arg.is_none() ? std::vector<float>(static_cast<size_t>(n), 0.0f) : floats_from(m_arg, n, "m");
@@ -308,6 +314,61 @@ is not finite: RuntimeError) leaves the state unchanged and gradient_ None.
                              [](const HostTrainer& self) { return std::string(precision_name(self.precision)); },
                              "\"f32\" or \"bf16\": the precision of the matmuls (a model's own when "
                              "built from one, else f32).")
+      .def_property_readonly("weight_format", [](const HostTrainer& self) { return self.weight_format; },
+                             "\"float32\", or the packed format of the parameters the trainer started "
+                             "from (a packed model's, or lockstep.lowbit tensors, expanded exactly); "
+                             "training updates them as float32 either way.")
+      .def(
+          "parameter_registry",
+          [](const HostTrainer& self) {
+            const ParameterRegistry registry(self.config);
+            py::list out;
+            for (const ParameterInfo& e : registry.entries()) {
+              py::tuple shape(e.shape.size());
+              for (size_t i = 0; i < e.shape.size(); ++i) shape[i] = py::int_(e.shape[i]);
+              py::dict d;
+              d["name"] = e.name;
+              d["shape"] = shape;
+              d["offset"] = e.offset;
+              d["count"] = e.count;
+              out.append(d);
+            }
+            return out;
+          },
+          R"doc(
+The parameters in the order of the flat vector: a list of dicts with "name", "shape" (a tuple;
+matrices are [in, out]), "offset" (where it starts in parameters_, m_ and v_) and "count". The
+names are the keys of the named-parameter dict, of params.safetensors and (with "m." / "v."
+before them) of a checkpoint's optimizer.safetensors.
+)doc")
+      .def(
+          "save_checkpoint",
+          [](const HostTrainer& self, PathArg location, PathArg run_file) {
+            const py::module_ os = py::module_::import("os");
+            const std::string where = os.attr("fsdecode")(location).cast<std::string>();
+            const std::string run = os.attr("fsdecode")(run_file).cast<std::string>();
+            py::gil_scoped_release release;
+            std::lock_guard lock(self.mutex);
+            return save_checkpoint(where, run, *self.trainer, self.precision);
+          },
+          py::arg("location"), py::arg("run_file"), R"doc(
+Writes the trainer's state as the checkpoint step LOCATION/step-<completed_steps> (LOCATION is
+created when missing; the step must not exist) and returns its path: the model, AdamW's moments
+and the step, with a copy of the run file `run_file` and the sizes and SHA-256s of its data
+files, written whole or not at all by the writer `lockstep train` uses. `lockstep train
+RUN_FILE --checkpoint-dir LOCATION --resume` continues it (its checks passing: same model, data
+and :precision), and `from_checkpoint`, `serve`, `call` and `export` read it.
+
+Relative paths (LOCATION, the run file's :data) are read from the current directory, as
+`lockstep train` reads them; the checkpoint records :data as the run file writes it, and resuming
+compares those records, so resume from the directory this was called from.
+
+The run file must describe this trainer: its model keys and :batch give the trainer's shape
+and its :precision the trainer's precision (ValueError naming the difference otherwise); one
+with :ema or :load is refused, since this trainer keeps no averages and freezes nothing. The
+run file's optimiser keys (:lr, :beta1, ...), not this trainer's lr and betas, govern the steps a
+resumed run takes. Without a run file, save_model writes the parameters as a model directory.
+)doc")
       .def(
           "save_model",
           [](const HostTrainer& self, PathArg path) {

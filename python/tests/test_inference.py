@@ -216,9 +216,11 @@ def test_constructor_refusals(extension, lm):
     c = lm.shape
     flat = np.array(lm.parameters_)
     with pytest.raises(TypeError, match="float32"):
-        Inference(flat.astype(np.float64), shape=c)
+        Inference(flat.astype(np.complex64), shape=c)
     with pytest.raises(TypeError, match="float32"):
-        Inference(flat.tolist(), shape=c)  # Python floats: float64
+        Inference(flat.astype(str), shape=c)
+    with pytest.raises(ValueError, match="not exactly a float32"):
+        Inference(flat.astype(np.float64) + 1e-12, shape=c)  # values float32 does not hold
     with pytest.raises(ValueError, match=rf"parameters must be float32 \[{c.n_total}\]"):
         Inference(flat[:-1], shape=c)
     with pytest.raises(ValueError):
@@ -248,7 +250,9 @@ def test_constructor_refusals(extension, lm):
     with pytest.raises(ValueError, match="final_norm"):
         Inference(dict(named, final_norm=np.zeros(5, np.float32)), shape=c)
     with pytest.raises(TypeError, match="float32"):
-        Inference(dict(named, head=named["head"].astype(np.float64)), shape=c)
+        Inference(dict(named, head=named["head"].astype(bool)), shape=c)
+    with pytest.raises(ValueError, match=r"parameter 'head'\[0, 0\] = .* is not exactly a float32"):
+        Inference(dict(named, head=named["head"].astype(np.float64) + 1e-12), shape=c)
     with pytest.raises(TypeError, match="names must be str"):
         Inference({**named, 3: np.zeros(1, np.float32)}, shape=c)
 

@@ -34,8 +34,6 @@ def test_signatures_name_real_types(extension):
                extension.LanguageModelHostTrainer, extension.Session)
     for cls in classes:
         for name, member in methods(cls):
-            if name == "generate":
-                continue  # its arguments belong to the generate() work (issue 15, Generation)
             doc = getattr(member, "__doc__", None) or ""
             assert "handle" not in doc, f"{cls.__name__}.{name}: {doc[:300]}"
     logits = pydoc.render_doc(extension.LanguageModelInference.logits)
@@ -46,7 +44,13 @@ def test_signatures_name_real_types(extension):
     assert "shape: LanguageModelConfig | None = None" in init
     trainer = extension.LanguageModelHostTrainer.__init__.__doc__
     assert "lr: float = 0.001" in trainer and "betas: tuple[float, float]" in trainer
-    assert "parameters: numpy.ndarray | dict[str, numpy.ndarray] | LanguageModelInference" in trainer
+    assert "parameters: ArrayLike | dict[str, ArrayLike | PackedTensor] | LanguageModelInference" in trainer
+    generate = pydoc.render_doc(extension.LanguageModelInference.generate)
+    for text in ("prompt: bytes | str | Sequence[int]", "max_tokens: int = 64", "temperature: float = 0.0",
+                 "top_k: int = 0", "seed: int = 0", "stop: bytes | str | None = None",
+                 "on_token: Callable[[int], object] | None = None", "truncate: bool = True",
+                 "threaded: bool | None = None", "threads: int | None = None"):
+        assert text in generate, generate
     load = extension.LanguageModelInference.from_checkpoint.__doc__
     assert "path: str | os.PathLike" in load and "-> LanguageModelInference" in load
     assert "save_model(self: lockstep._lockstep.LanguageModelHostTrainer, path: str | os.PathLike)" \
@@ -206,7 +210,7 @@ def test_wrong_types_are_type_errors_everywhere(extension, lm, model_dir):
         lambda: Inference(flat, shape=lm.shape, threaded="yes"),
         lambda: Inference(flat, shape=lm.shape, threads=2.0),
         lambda: Inference(flat, shape="small"),
-        lambda: Inference(flat.astype(np.float64), shape=lm.shape),
+        lambda: Inference(flat.astype(np.complex128), shape=lm.shape),
         lambda: Inference.from_checkpoint(42),
         lambda: Inference.from_checkpoint(model_dir, trained="no"),
         lambda: lm.logits(ids.astype(np.float32)),
@@ -218,7 +222,7 @@ def test_wrong_types_are_type_errors_everywhere(extension, lm, model_dir):
         lambda: lm.session(threaded="x"),
         lambda: lm.session().append(1.5),
         lambda: Trainer(flat, shape=lm.shape, lr="1e-3"),
-        lambda: Trainer(flat, shape=lm.shape, m=flat.astype(np.float64)),
+        lambda: Trainer(flat, shape=lm.shape, m=flat.astype(bool)),
         lambda: Trainer(flat, shape=lm.shape, completed_steps="1"),
         lambda: Trainer(lm).train_step(batch.astype(np.float64)),
         lambda: Trainer(lm).save_model(None),
@@ -227,3 +231,65 @@ def test_wrong_types_are_type_errors_everywhere(extension, lm, model_dir):
         with pytest.raises(TypeError):
             case()
             pytest.fail(f"case {i} raised nothing")
+
+
+def test_array_like_parameters(extension, lm):
+    """Document 003's "array-like": any real dtype (a list of Python floats, float64, float16,
+    integers) is taken when float32 holds every value exactly, and gives the float32 model's
+    bits; the first value it does not hold is a ValueError naming its position and value."""
+    Inference, Trainer = extension.LanguageModelInference, extension.LanguageModelHostTrainer
+    c = lm.shape
+    flat = np.array(lm.parameters_)
+    for given in (flat.tolist(), flat.astype(np.float64), flat.astype(np.longdouble), tuple(flat.tolist())):
+        model = Inference(given, shape=c)
+        assert model.parameters_sha256() == lm.parameters_sha256()
+        assert model.weight_format == "float32"
+    trainer = Trainer(flat.tolist(), shape=c, m=np.zeros(c.n_total, np.float64), v=[0] * c.n_total)
+    assert trainer.parameters_sha256() == lm.parameters_sha256()
+    # Integers and float16 that float32 holds exactly.
+    small = extension.LanguageModelConfig(vocab_size=256, length=4, d_model=8, n_layers=1, n_heads=2,
+                                          n_kv_heads=1, d_ff=8, batch=1)
+    ints = np.arange(small.n_total, dtype=np.int64) % 7 - 3
+    assert (Inference(ints, shape=small).parameters_sha256()
+            == Inference(ints.astype(np.float32), shape=small).parameters_sha256())
+    assert (Inference(ints.astype(np.float16) / 4, shape=small).parameters_sha256()
+            == Inference((ints / 4).astype(np.float32), shape=small).parameters_sha256())
+    named = {name: flat[c.offsets[j]:c.offsets[j + 1]].reshape(c.parameter_shapes[j]).tolist()
+             for j, name in enumerate(c.parameter_names)}
+    assert Inference(named, shape=c).parameters_sha256() == lm.parameters_sha256()
+    # Refusals: the first inexact value, its position and the float32 nearest it.
+    bad = flat.astype(np.float64)
+    bad[5] = 0.1
+    bad[9] = 0.2
+    with pytest.raises(ValueError, match=r"parameters\[5\] = 0\.1 \(float64\) is not exactly a float32 "
+                                         r"\(the nearest is 0\.10000000149011612\)"):
+        Inference(bad, shape=c)
+    with pytest.raises(ValueError, match=r"parameters\[5\] = 0\.1"):
+        Trainer(bad.tolist(), shape=c)
+    with pytest.raises(ValueError, match=r"m\[3\] = 1e-50"):
+        Trainer(flat, shape=c, m=[0.0] * 3 + [1e-50] + [0.0] * (c.n_total - 4))
+    huge = ints.copy()
+    huge[2] = 2**24 + 1  # the first integer float32 does not hold
+    with pytest.raises(ValueError, match=r"parameters\[2\] = 16777217 \(int64\)"):
+        Inference(huge, shape=small)
+    with pytest.raises(ValueError, match=r"parameters\[2\] = 16777217 \(int32\)"):
+        Inference(huge.astype(np.int32), shape=small)
+    wide = np.zeros(small.n_total, np.uint64)
+    wide[1] = 2**63 + 1  # float32 holds 2**63, not this
+    with pytest.raises(ValueError, match=r"parameters\[1\] = 9223372036854775809 \(uint64\)"):
+        Inference(wide, shape=small)
+    with pytest.raises(ValueError, match=r"parameters\[0\] = 1e\+300 \(float64\) is beyond float32's range"):
+        Inference([1e300] + [0.0] * (small.n_total - 1), shape=small)
+    matrix = dict(named, head=np.array(named["head"], np.float64))
+    matrix["head"][1, 2] = 1 / 3
+    with pytest.raises(ValueError, match=r"parameter 'head'\[1, 2\] = 0\.3333333333333333"):
+        Inference(matrix, shape=c)
+    # Not real numbers: TypeError, as before.
+    for wrong in (flat.astype(np.complex64), flat.astype(bool), ["x"] * c.n_total, [object()] * c.n_total):
+        with pytest.raises(TypeError, match="float32"):
+            Inference(wrong, shape=c)
+    # NaN converts as itself and is then refused by the finiteness check, not as inexact.
+    nan = flat.astype(np.float64)
+    nan[4] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        Inference(nan, shape=c)

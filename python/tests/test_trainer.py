@@ -191,7 +191,9 @@ def test_argument_refusals(extension, start):
     with pytest.raises(ValueError, match=rf"parameters must be float32 \[{n}\]"):
         Trainer(params[:-1], shape=shape)
     with pytest.raises(TypeError, match="float32"):
-        Trainer(params.astype(np.float64), shape=shape)
+        Trainer(params.astype(np.complex64), shape=shape)
+    with pytest.raises(ValueError, match=r"parameters\[0\] = .* is not exactly a float32"):
+        Trainer(params.astype(np.float64) + 1e-12, shape=shape)
     bad = params.copy()
     bad[3] = np.inf
     with pytest.raises(ValueError, match="parameters must be finite"):
