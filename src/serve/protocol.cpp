@@ -46,6 +46,13 @@ std::string handshake_json(const Model& model, const CallLayout& layout) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+std::string refusal_handshake_json(const std::string& error) {
+  nlohmann::ordered_json j;
+  j["protocol"] = protocol_version;
+  j["error"] = error;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 std::string wrong_length_message(const CallLayout& layout, uint64_t got) {
   std::string inputs;
   for (size_t i = 0; i < layout.inputs().size(); ++i) {

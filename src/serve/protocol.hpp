@@ -27,6 +27,10 @@ uint64_t decode_length(const uint8_t in[frame_header_bytes]) noexcept;
 // inputs and outputs as the layout (the flags) left them.
 std::string handshake_json(const Model& model, const CallLayout& layout);
 
+// The handshake a connection gets instead when the server cannot serve it (at its connection
+// limit): {"protocol": 1, "error": TEXT}. A client raises TEXT; the server then closes.
+std::string refusal_handshake_json(const std::string& error);
+
 // The error answered to a call frame whose length is not the layout's input bytes.
 std::string wrong_length_message(const CallLayout& layout, uint64_t got);
 
