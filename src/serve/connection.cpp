@@ -9,6 +9,8 @@
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "serve/protocol.hpp"
+
 namespace lockstep::serve {
 namespace {
 

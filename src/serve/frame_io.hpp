@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "serve/protocol.hpp"
+#include "serve/wire.hpp"
 
 namespace lockstep::serve {
 

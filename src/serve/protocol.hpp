@@ -9,19 +9,9 @@
 
 #include "lockstep/call.hpp"
 #include "lockstep/model.hpp"
+#include "serve/wire.hpp"
 
 namespace lockstep::serve {
-
-inline constexpr size_t frame_header_bytes = 8;
-
-enum class AnswerStatus : uint8_t {
-  ok = 0,     // the outputs follow, in the order the handshake lists them
-  error = 1,  // UTF-8 text naming what was wrong follows
-};
-
-// u64 little-endian <-> 8 bytes.
-void encode_length(uint64_t length, uint8_t out[frame_header_bytes]) noexcept;
-uint64_t decode_length(const uint8_t in[frame_header_bytes]) noexcept;
 
 // {"protocol", "checkpoint", "step", "slug", "precision", "inputs", "outputs"} as JSON text;
 // inputs and outputs as the layout (the flags) left them.
