@@ -106,6 +106,9 @@ struct Server::Impl {
   std::unique_ptr<PrefixCache> cache;  // before the batcher, which holds a pointer to it
   std::atomic<uint64_t> calls{0};
   // Everything below that holds sockets or posts to the loop is destroyed before the loop.
+  // Concurrency hint 1: one thread runs the loop (serve()'s caller); the batcher's runner only
+  // posts to it. Running it on more threads needs the hint raised, nothing else: every
+  // connection and the registry below are on strands.
   asio::io_context io{1};
   asio::strand<asio::io_context::executor_type> strand;  // the listener, the registry, the stop
   asio::posix::stream_descriptor wake_reader;          // wake[0], waited on by the loop
