@@ -2,10 +2,14 @@
 // arrive while the model is busy run together as one batch when it is free, each call's answer
 // with the bits it would get alone.
 //
+// Connections are served by one event loop (Boost.Asio) on the thread that calls serve(), and
+// the model runs on one runner thread; an idle connection costs no thread.
+//
 // The Server holds everything it uses (socket, connections, queue); it installs no signal
 // handlers and never sees argv. The command (`lockstep serve`) turns signals into stop().
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +23,11 @@ namespace lockstep {
 // The protocol version the handshake announces; a client refuses any other.
 inline constexpr int protocol_version = 1;
 
+inline constexpr int max_server_batch = 1024;
+// Connections open at once, by default and at most; one beyond the limit gets a handshake with
+// an "error" field and is closed.
+inline constexpr int max_server_connections = 1024;
+
 struct ServerOptions {
   std::string socket_path;           // the Unix socket to listen on
   int batch = 1;                     // most calls run together, 1..max_server_batch
@@ -29,11 +38,14 @@ struct ServerOptions {
   // The prefix cache's budget (include/lockstep/prefix_cache.hpp); 0: no cache. The cache works
   // on the cpu device; on the reference device every call computes from position 0.
   size_t cache_bytes = size_t{256} << 20;
+  // Connections open at once, 1..max_server_connections.
+  int max_connections = max_server_connections;
+  // A connection that has sent part of a frame and then nothing for this long is closed; the
+  // clock restarts whenever bytes arrive. 0: never.
+  std::chrono::milliseconds idle_timeout{60'000};
+  // A connection with no call in flight and no partial frame is closed after this long. 0: never.
+  std::chrono::milliseconds idle_close{0};
 };
-
-inline constexpr int max_server_batch = 1024;
-// Connections open at once; one beyond it is closed as soon as it is accepted.
-inline constexpr int max_server_connections = 1024;
 
 struct ServerStats {
   uint64_t calls = 0;  // call frames answered, errors included
@@ -61,9 +73,10 @@ class Server {
   const std::string& handshake() const;
   const ServerOptions& options() const;
 
-  // Accepts and serves until stop(). Then it stops accepting, reads no further call, answers the
-  // calls already read, closes every connection, removes the socket and returns the counts.
-  // Call it once.
+  // Accepts and serves until stop(), running the event loop on the calling thread. Then it stops
+  // accepting, removes the socket, reads no further call, answers the calls already read, closes
+  // every connection gracefully (docs/PROTOCOL.md, "Stopping") and returns the counts. Call it
+  // once.
   ServerStats serve();
   // Makes serve() return as above; callable from any thread, any number of times, before or
   // during serve(). Async-signal-safe: it writes one byte to a pipe.

@@ -28,9 +28,9 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 from . import client  # noqa: E402  (standard library only)
-from .client import Client, ProtocolError, ServerError, connect  # noqa: E402
+from .client import Client, ProtocolError, ServerError, ServerRefused, connect  # noqa: E402
 
-__all__ = ["client", "Client", "ProtocolError", "ServerError", "connect"]
+__all__ = ["client", "Client", "ProtocolError", "ServerError", "ServerRefused", "connect"]
 
 try:
     from ._lockstep import (  # noqa: E402

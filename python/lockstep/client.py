@@ -46,6 +46,11 @@ class ServerError(RuntimeError):
     """The server answered a call with an error (status 1); the message is the server's."""
 
 
+class ServerRefused(ServerError):
+    """The server's handshake carried an ``error`` field: it will not serve this connection
+    (it has as many connections open as it allows); the message is the server's."""
+
+
 class ProtocolError(ConnectionError):
     """The connection ended or the server sent something the protocol does not allow."""
 
@@ -160,6 +165,9 @@ class Client:
             self._sock.close()
             raise ProtocolError(f"{path}: the server speaks protocol {about.get('protocol')!r}; "
                                 f"this client speaks {PROTOCOL_VERSION}")
+        if "error" in about:  # the server will not serve this connection (at its limit)
+            self._sock.close()
+            raise ServerRefused(f"{path}: {about['error']}")
         self.path = path
         self.handshake: Dict[str, Any] = about
         self.checkpoint: str = about["checkpoint"]

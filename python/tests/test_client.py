@@ -169,6 +169,29 @@ def test_a_server_that_speaks_another_version_is_refused(tmp_path):
     listener.close()
 
 
+def test_a_handshake_with_an_error_raises_it(tmp_path):
+    # What `lockstep serve` sends at its connection limit (docs/PROTOCOL.md), then it closes.
+    path = str(tmp_path / "full.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(1)
+    body = b'{"protocol":1,"error":"the server has 1024 connections open, its limit; try again later"}'
+    import threading
+
+    def serve_one():
+        conn, _ = listener.accept()
+        conn.sendall(struct.pack("<Q", len(body)) + body)
+        conn.close()
+
+    t = threading.Thread(target=serve_one)
+    t.start()
+    with pytest.raises(lsc.ServerRefused, match="has 1024 connections open, its limit; try again later") as e:
+        lsc.Client(path)
+    assert isinstance(e.value, lsc.ServerError)
+    t.join()
+    listener.close()
+
+
 def test_the_client_imports_with_the_standard_library_alone():
     code = ("import sys; sys.modules['numpy'] = None\n"
             "import lockstep, lockstep.client as c\n"

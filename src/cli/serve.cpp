@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -31,6 +33,14 @@ unsigned parse_socket_mode(const std::string& text) {
                 "--socket-mode must be octal permission bits in 0..0777, such as 0600 or 0660; got '" +
                     text + "'");
   return mode;
+}
+
+// Seconds (decimals allowed) in [0, 1e6] -> milliseconds, rounded up so that 0.0001 is not 0.
+std::chrono::milliseconds idle_seconds(const char* flag, double seconds) {
+  if (!(seconds >= 0 && seconds <= 1e6))
+    throw Error(ErrorKind::invalid_argument,
+                std::string(flag) + " must be seconds in [0, 1000000] (0: never), got " + std::to_string(seconds));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
 }
 
 const char* signal_name(int signo) {
@@ -101,6 +111,8 @@ Run add_serve(CLI::App& app) {
     std::string socket_mode = "0600";
     int64_t cache_mb = 256;
     bool no_cache = false;
+    double idle_timeout_s = 60;
+    double idle_close_s = 0;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a model on a Unix socket, batching calls");
@@ -115,6 +127,12 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--cache-mb", f->cache_mb, "prefix cache size in MiB (keys and values of computed rows)")
       ->capture_default_str();
   cmd->add_flag("--no-cache", f->no_cache, "no prefix cache: every call computes from position 0");
+  cmd->add_option("--idle-timeout", f->idle_timeout_s,
+                  "close a connection that sent part of a frame and then nothing for SECONDS (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--idle-close", f->idle_close_s,
+                  "close a connection with no call in flight after SECONDS idle (0: never)")
+      ->capture_default_str();
   return [f] {
     ServerOptions options = f->server;
     if (options.batch < 1 || options.batch > max_server_batch)
@@ -124,6 +142,8 @@ Run add_serve(CLI::App& app) {
     if (f->cache_mb < 0 || f->cache_mb > (int64_t{1} << 20))
       throw Error(ErrorKind::invalid_argument, "--cache-mb must be in [0, 1048576], got " + std::to_string(f->cache_mb));
     options.cache_bytes = f->no_cache ? 0 : static_cast<size_t>(f->cache_mb) << 20;
+    options.idle_timeout = idle_seconds("--idle-timeout", f->idle_timeout_s);
+    options.idle_close = idle_seconds("--idle-close", f->idle_close_s);
     LoadOptions load = f->model.load_options();
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist

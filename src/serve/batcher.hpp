@@ -1,18 +1,20 @@
-// The queue and the batcher: one model, many callers, one run at a time.
+// The queue and the batcher: one model, many connections, one run at a time.
 //
-// There is no batcher thread. A call that finds the model idle runs at once on its caller's
-// thread, alone. Calls that arrive while a run is in progress wait in a FIFO queue; when the run
-// ends, the thread that ran it wakes the caller at the queue's front, which becomes the next
-// runner and takes up to `batch` calls from the front, its own first. So a lone call pays no
-// thread hand-off, and a busy model takes its next batch as soon as it is free.
+// Connections submit calls and go back to their event loop; they never wait for the model. One
+// runner thread takes up to `batch` calls from the front of the FIFO queue, runs them together
+// with run_calls and hands each result to its call's completion. Calls that arrive while a run
+// is in progress wait and go into the next run together; a call that finds the runner idle runs
+// at once, alone. The I/O threads are never blocked by the model.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "lockstep/call.hpp"
@@ -22,15 +24,23 @@ namespace lockstep::serve {
 
 class Batcher {
  public:
-  // `model` and `layout` must outlive the batcher. `batch` >= 1.
-  // `cache` (null: none) must outlive the batcher too.
+  // Called on the runner thread with the call's result; it must not throw and should only hand
+  // the result over (post it to the connection's executor), not block.
+  using Completion = std::function<void(CallResult)>;
+
+  // `model`, `layout` and `cache` (null: none) must outlive the batcher. `batch` >= 1.
+  // Starts the runner thread (throws std::system_error when it cannot).
   Batcher(const Model& model, const CallLayout& layout, int batch, const CallOptions& options,
           PrefixCache* cache = nullptr);
+  // Runs the calls still queued, then ends the runner.
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
 
-  // Runs one call and returns when it is answered: `input` holds layout.input_bytes() bytes and
-  // `output` receives layout.output_bytes(). Safe from any number of threads at once. The result
-  // is what run_calls gives this call, so the outputs have the bits it would get alone.
-  CallResult run(std::span<const uint8_t> input, std::span<uint8_t> output);
+  // Queues one call: `input` holds layout.input_bytes() bytes and `output` receives
+  // layout.output_bytes(); both must stay valid until `done` is called. The result is what
+  // run_calls gives this call, so the outputs have the bits it would get alone. Any thread.
+  void submit(std::span<const uint8_t> input, std::span<uint8_t> output, Completion done);
 
   // Runs of the model that computed at least one call.
   uint64_t runs() const { return runs_.load(std::memory_order_relaxed); }
@@ -42,15 +52,12 @@ class Batcher {
   struct Pending {
     std::span<const uint8_t> input;
     std::span<uint8_t> output;
-    CallResult result;
-    bool done = false;  // result is final
-    bool lead = false;  // this caller runs the next batch
-    std::condition_variable wake;
+    Completion done;
   };
 
-  // Takes up to batch_ calls from the queue's front (the caller's own is first), runs them with
-  // the lock released, publishes the results and passes the lead on. Called with mutex_ held.
-  void run_front(std::unique_lock<std::mutex>& lock);
+  void run_loop() noexcept;
+  // Runs `calls` as one run and completes each.
+  void run_batch(std::vector<Pending>& calls) noexcept;
 
   const Model& model_;
   const CallLayout& layout_;
@@ -59,15 +66,13 @@ class Batcher {
   PrefixCache* const cache_;
 
   std::mutex mutex_;
-  std::deque<Pending*> queue_;  // waiting, oldest first; non-empty only while busy_
-  bool busy_ = false;           // a caller holds the lead
-  // The current runner's scratch, touched only by the caller holding the lead.
-  std::vector<Pending*> running_;
-  std::vector<std::span<const uint8_t>> inputs_;
-  std::vector<std::span<uint8_t>> outputs_;
+  std::condition_variable wake_;
+  std::deque<Pending> queue_;  // oldest first
+  bool quitting_ = false;
   std::atomic<uint64_t> runs_{0};
   std::atomic<uint64_t> rows_computed_{0};
   std::atomic<uint64_t> rows_reused_{0};
+  std::thread runner_;  // last: starts once the members above exist
 };
 
 }  // namespace lockstep::serve

@@ -1,96 +1,58 @@
 #include "serve/frame_io.hpp"
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <climits>
 #include <cstring>
 
-#include "serve/protocol.hpp"
-
 namespace lockstep::serve {
-namespace {
 
-#ifdef MSG_NOSIGNAL
-constexpr int kSendFlags = MSG_NOSIGNAL;
-#else
-constexpr int kSendFlags = 0;  // the socket carries SO_NOSIGPIPE instead (see server.cpp)
-#endif
+CallFrameParser::CallFrameParser(size_t call_bytes) : body_(call_bytes) {}
 
-// recv that retries on EINTR: > 0 bytes read, 0 at end of stream, -1 on error.
-ssize_t receive(int fd, uint8_t* p, size_t n) {
-  for (;;) {
-    const ssize_t r = ::recv(fd, p, n, 0);
-    if (r >= 0 || errno != EINTR) return r;
+CallFrameParser::Step CallFrameParser::feed(std::span<const uint8_t> bytes) {
+  size_t used = 0;
+  if (state_ == State::prefix) {
+    const size_t take = std::min(bytes.size(), prefix_.size() - prefix_got_);
+    std::memcpy(prefix_.data() + prefix_got_, bytes.data(), take);
+    prefix_got_ += take;
+    used += take;
+    if (prefix_got_ < prefix_.size()) return {used, Event::need_more};
+    announced_ = decode_length(prefix_.data());
+    if (announced_ != body_.size()) {
+      state_ = State::wrong_length;
+      return {used, Event::wrong_length};
+    }
+    state_ = State::body;
+    body_got_ = 0;
   }
+  if (state_ == State::body) {
+    const size_t take = std::min(bytes.size() - used, body_.size() - body_got_);
+    if (take > 0) std::memcpy(body_.data() + body_got_, bytes.data() + used, take);
+    body_got_ += take;
+    used += take;
+    if (body_got_ < body_.size()) return {used, Event::need_more};
+    state_ = State::call;
+    return {used, Event::call};
+  }
+  return {0, state_ == State::call ? Event::call : Event::wrong_length};
 }
 
-}  // namespace
-
-FrameReader::FrameReader(int fd, size_t buffer_bytes) : fd_(fd), buffer_(buffer_bytes) {}
-
-ReadStatus FrameReader::read(std::span<uint8_t> out) {
-  uint8_t* dst = out.data();
-  size_t left = out.size();
-  const size_t take = std::min(left, end_ - begin_);
-  std::memcpy(dst, buffer_.data() + begin_, take);
-  begin_ += take;
-  dst += take;
-  left -= take;
-  bool any = take > 0;
-  while (left > 0) {
-    // A large remainder goes straight to its destination; a small one refills the buffer, which
-    // may bring the next frame's prefix with it.
-    const bool direct = left >= buffer_.size();
-    const ssize_t r = direct ? receive(fd_, dst, left) : receive(fd_, buffer_.data(), buffer_.size());
-    if (r < 0) return ReadStatus::failed;
-    if (r == 0) return any ? ReadStatus::truncated : ReadStatus::closed;
-    any = true;
-    size_t got = static_cast<size_t>(r);
-    if (!direct) {
-      begin_ = 0;
-      end_ = got;
-      got = std::min(left, end_);
-      std::memcpy(dst, buffer_.data(), got);
-      begin_ = got;
-    }
-    dst += got;
-    left -= got;
-  }
-  return ReadStatus::ok;
+void CallFrameParser::next() {
+  if (state_ != State::call) return;
+  state_ = State::prefix;
+  prefix_got_ = 0;
 }
 
-bool send_frame(int fd, std::span<const std::span<const uint8_t>> parts) {
-  uint64_t total = 0;
-  for (const auto& p : parts) total += p.size();
-  uint8_t header[frame_header_bytes];
-  encode_length(total, header);
-  std::vector<iovec> iov;
-  iov.reserve(parts.size() + 1);
-  iov.push_back({header, sizeof(header)});
-  for (const auto& p : parts)
-    if (!p.empty()) iov.push_back({const_cast<uint8_t*>(p.data()), p.size()});
-  size_t first = 0;
-  while (first < iov.size()) {
-    msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    const ssize_t w = ::sendmsg(fd, &msg, kSendFlags);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    // Skip what was sent: whole iovecs, then the front of a partly sent one.
-    size_t sent = static_cast<size_t>(w);
-    while (first < iov.size() && sent >= iov[first].iov_len) sent -= iov[first++].iov_len;
-    if (first < iov.size()) {
-      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + sent;
-      iov[first].iov_len -= sent;
-    }
-  }
-  return true;
+std::array<uint8_t, frame_header_bytes + 1> answer_prefix(AnswerStatus status, size_t payload_bytes) {
+  std::array<uint8_t, frame_header_bytes + 1> prefix{};
+  encode_length(uint64_t{payload_bytes} + 1, prefix.data());
+  prefix[frame_header_bytes] = static_cast<uint8_t>(status);
+  return prefix;
+}
+
+std::vector<uint8_t> frame_of(std::span<const uint8_t> body) {
+  std::vector<uint8_t> frame(frame_header_bytes + body.size());
+  encode_length(body.size(), frame.data());
+  if (!body.empty()) std::memcpy(frame.data() + frame_header_bytes, body.data(), body.size());
+  return frame;
 }
 
 }  // namespace lockstep::serve

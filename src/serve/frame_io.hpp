@@ -1,37 +1,62 @@
-// Reading and writing frames on a connected stream socket. Nothing here allocates from what the
-// peer sends: the reader's buffer has a fixed size and the caller decides, from the length
-// prefix, whether to read a frame's body at all.
+// The pure side of the frames (docs/PROTOCOL.md): bytes in, events out, no I/O. The connection
+// (connection.cpp) reads whatever the socket gives into its read buffer and feeds it here; the
+// fuzzer (fuzz/fuzz_frames.cpp) feeds arbitrary bytes in arbitrary pieces.
+//
+// Nothing here allocates from what the peer sends: the body buffer has the call's size, fixed by
+// the layout, and a frame announcing any other length is refused from its 8-byte prefix alone.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "serve/wire.hpp"
+
 namespace lockstep::serve {
 
-enum class ReadStatus {
-  ok,         // every byte asked for was read
-  closed,     // the peer closed (or the socket was shut down) before the first byte
-  truncated,  // the peer closed after some bytes but before the last
-  failed,     // the socket reported an error
-};
-
-// Buffered reads: one recv usually brings a call's length prefix and its body together.
-class FrameReader {
+class CallFrameParser {
  public:
-  explicit FrameReader(int fd, size_t buffer_bytes = 64 * 1024);
-  // Reads exactly `out.size()` bytes; bytes beyond them stay buffered for the next read.
-  ReadStatus read(std::span<uint8_t> out);
+  enum class Event {
+    need_more,     // every byte given was taken; the frame is not complete
+    call,          // a whole call frame: its body is input() until next()
+    wrong_length,  // the prefix announced announced() bytes, not the call's size
+  };
+  struct Step {
+    size_t consumed;  // bytes taken from the front of what was fed
+    Event event;
+  };
+
+  // `call_bytes`: the layout's input bytes, the only body length a call frame may announce.
+  explicit CallFrameParser(size_t call_bytes);
+
+  // Takes bytes from the front of `bytes` until a frame is complete or they run out. After
+  // `call` it takes nothing until next(); after `wrong_length` nothing ever (the body is never
+  // read: the connection answers the error and ends).
+  Step feed(std::span<const uint8_t> bytes);
+  // Done with the call in input(): the next byte fed starts the next frame.
+  void next();
+
+  // Some bytes of a frame have come, not all (what the idle timeout measures).
+  bool partial() const { return state_ == State::prefix ? prefix_got_ > 0 : state_ == State::body; }
+  std::span<const uint8_t> input() const { return body_; }
+  uint64_t announced() const { return announced_; }
 
  private:
-  int fd_;
-  std::vector<uint8_t> buffer_;
-  size_t begin_ = 0, end_ = 0;  // buffered bytes are buffer_[begin_, end_)
+  enum class State { prefix, body, call, wrong_length };
+  State state_ = State::prefix;
+  std::array<uint8_t, frame_header_bytes> prefix_{};
+  size_t prefix_got_ = 0;
+  uint64_t announced_ = 0;
+  std::vector<uint8_t> body_;
+  size_t body_got_ = 0;
 };
 
-// Sends one frame: the u64 length of the parts together, then the parts. Never raises SIGPIPE.
-// Returns false when the peer is gone or the socket failed.
-bool send_frame(int fd, std::span<const std::span<const uint8_t>> parts);
+// The 9 bytes before an answer's payload: the frame's length (1 + payload) and the status byte.
+std::array<uint8_t, frame_header_bytes + 1> answer_prefix(AnswerStatus status, size_t payload_bytes);
+
+// A whole frame around `body`, such as the handshake.
+std::vector<uint8_t> frame_of(std::span<const uint8_t> body);
 
 }  // namespace lockstep::serve

@@ -22,16 +22,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-void encode_length(uint64_t length, uint8_t out[frame_header_bytes]) noexcept {
-  for (size_t i = 0; i < frame_header_bytes; ++i) out[i] = static_cast<uint8_t>(length >> (8 * i));
-}
-
-uint64_t decode_length(const uint8_t in[frame_header_bytes]) noexcept {
-  uint64_t n = 0;
-  for (size_t i = 0; i < frame_header_bytes; ++i) n |= static_cast<uint64_t>(in[i]) << (8 * i);
-  return n;
-}
-
 std::string handshake_json(const Model& model, const CallLayout& layout) {
   const ModelSource& source = model.source();
   nlohmann::ordered_json j;
@@ -43,6 +33,13 @@ std::string handshake_json(const Model& model, const CallLayout& layout) {
   j["inputs"] = specs_json(layout.inputs());
   j["outputs"] = specs_json(layout.outputs());
   // Paths are bytes on Linux; a name that is not UTF-8 is carried with U+FFFD in its place.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string refusal_handshake_json(const std::string& error) {
+  nlohmann::ordered_json j;
+  j["protocol"] = protocol_version;
+  j["error"] = error;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

@@ -9,23 +9,17 @@
 
 #include "lockstep/call.hpp"
 #include "lockstep/model.hpp"
+#include "serve/wire.hpp"
 
 namespace lockstep::serve {
-
-inline constexpr size_t frame_header_bytes = 8;
-
-enum class AnswerStatus : uint8_t {
-  ok = 0,     // the outputs follow, in the order the handshake lists them
-  error = 1,  // UTF-8 text naming what was wrong follows
-};
-
-// u64 little-endian <-> 8 bytes.
-void encode_length(uint64_t length, uint8_t out[frame_header_bytes]) noexcept;
-uint64_t decode_length(const uint8_t in[frame_header_bytes]) noexcept;
 
 // {"protocol", "checkpoint", "step", "slug", "precision", "inputs", "outputs"} as JSON text;
 // inputs and outputs as the layout (the flags) left them.
 std::string handshake_json(const Model& model, const CallLayout& layout);
+
+// The handshake a connection gets instead when the server cannot serve it (at its connection
+// limit): {"protocol": 1, "error": TEXT}. A client raises TEXT; the server then closes.
+std::string refusal_handshake_json(const std::string& error);
 
 // The error answered to a call frame whose length is not the layout's input bytes.
 std::string wrong_length_message(const CallLayout& layout, uint64_t got);

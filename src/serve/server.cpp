@@ -1,41 +1,34 @@
-// The Server: the listening socket, the accept loop, the connections and the way it stops.
+// The Server: the event loop, its listener, the connections and the way it stops.
+//
+// Threads: serve()'s caller runs the Asio event loop (every accept, read, write and timer), and
+// the batcher's runner thread runs the model. That is all, however many connections are open.
 #include "lockstep/server.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <list>
-#include <system_error>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "serve/batcher.hpp"
 #include "serve/connection.hpp"
+#include "serve/listener.hpp"
 #include "serve/protocol.hpp"
 #include "serve/socket.hpp"
 
 namespace lockstep {
 namespace {
 
-// How long stopping lets one answer's write block on a client that stopped reading. Runs in
-// progress are always waited for.
-constexpr int64_t kWriteGraceNs = 5'000'000'000;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void set_flags(int fd) {
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-#ifdef SO_NOSIGPIPE  // where send has no MSG_NOSIGNAL
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one));
-#endif
-}
+namespace asio = boost::asio;
+using UnixListener = serve::Listener<asio::local::stream_protocol>;
 
 const ServerOptions& checked(const ServerOptions& o) {
   if (o.batch < 1 || o.batch > max_server_batch)
@@ -43,7 +36,17 @@ const ServerOptions& checked(const ServerOptions& o) {
                                                  "], got " + std::to_string(o.batch));
   if (o.socket_mode > 0777)
     throw Error(ErrorKind::invalid_argument, "socket mode must be in 0..0777");
+  if (o.max_connections < 1 || o.max_connections > max_server_connections)
+    throw Error(ErrorKind::invalid_argument, "max connections must be in [1, " +
+                                                 std::to_string(max_server_connections) + "], got " +
+                                                 std::to_string(o.max_connections));
+  if (o.idle_timeout.count() < 0 || o.idle_close.count() < 0)
+    throw Error(ErrorKind::invalid_argument, "idle timeouts must be 0 (none) or positive");
   return o;
+}
+
+std::vector<uint8_t> frame_of_text(const std::string& text) {
+  return serve::frame_of({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
 
 }  // namespace
@@ -54,10 +57,16 @@ struct Server::Impl {
         options(checked(o)),
         layout(model->config(), options.outputs, options.at),
         handshake(serve::handshake_json(*model, layout)),
+        handshake_frame(frame_of_text(handshake)),
+        refusal_frame(frame_of_text(serve::refusal_handshake_json(
+            "the server has " + std::to_string(options.max_connections) +
+            " connections open, its limit; try again later"))),
         cache(options.cache_bytes > 0 ? std::make_unique<PrefixCache>(model, PrefixCacheOptions{options.cache_bytes})
                                       : nullptr),
+        strand(asio::make_strand(io)),
+        wake_reader(strand),
         batcher(*model, layout, options.batch, options.call, cache.get()),
-        context{layout, handshake, batcher, stopping, calls, finished_mutex, finished} {
+        context{layout, handshake_frame, batcher, calls, options.idle_timeout, options.idle_close} {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));
     for (int fd : wake) {
@@ -65,7 +74,12 @@ struct Server::Impl {
       ::fcntl(fd, F_SETFL, O_NONBLOCK);
     }
     try {
-      socket = std::make_unique<serve::ListeningSocket>(options.socket_path, options.socket_mode);
+      socket_file = std::make_unique<serve::ListeningSocket>(options.socket_path, options.socket_mode);
+      UnixListener::Acceptor acceptor(strand);
+      acceptor.assign(asio::local::stream_protocol(), socket_file->release_fd());
+      listener = std::make_shared<UnixListener>(io, std::move(acceptor),
+                                                [this](serve::StreamSocket s) { admit(std::move(s)); });
+      wake_reader.assign(wake[0]);
     } catch (...) {
       ::close(wake[0]);
       ::close(wake[1]);
@@ -73,83 +87,63 @@ struct Server::Impl {
     }
   }
   ~Impl() {
-    finish();
+    wake_reader.release();  // wake[0] is closed below, once
     ::close(wake[0]);
     ::close(wake[1]);
   }
 
-  void accept_one();
-  void reap_finished();
-  void finish() noexcept;
+  // On the strand: a new connection, served or refused.
+  void admit(serve::StreamSocket socket);
+  // On the strand: the stop, once.
+  void begin_stop();
 
   std::shared_ptr<const Model> model;
   ServerOptions options;
   CallLayout layout;
   std::string handshake;
+  std::vector<uint8_t> handshake_frame;
+  std::vector<uint8_t> refusal_frame;
   std::unique_ptr<PrefixCache> cache;  // before the batcher, which holds a pointer to it
-  serve::Batcher batcher;
-  std::atomic<bool> stopping{false};
   std::atomic<uint64_t> calls{0};
-  std::mutex finished_mutex;
-  std::condition_variable finished;
+  // Everything below that holds sockets or posts to the loop is destroyed before the loop.
+  // Concurrency hint 1: one thread runs the loop (serve()'s caller); the batcher's runner only
+  // posts to it. Running it on more threads needs the hint raised, nothing else: every
+  // connection and the registry below are on strands.
+  asio::io_context io{1};
+  asio::strand<asio::io_context::executor_type> strand;  // the listener, the registry, the stop
+  asio::posix::stream_descriptor wake_reader;          // wake[0], waited on by the loop
+  serve::Batcher batcher;
   serve::ConnectionContext context;
-  int wake[2] = {-1, -1};  // stop() writes a byte; serve() polls the read end
-  std::unique_ptr<serve::ListeningSocket> socket;
-  std::list<std::unique_ptr<serve::Connection>> connections;  // the accept loop's alone
+  int wake[2] = {-1, -1};  // stop() writes a byte to wake[1]
+  std::unique_ptr<serve::ListeningSocket> socket_file;  // the path's rules and its removal
+  std::shared_ptr<UnixListener> listener;
+  // The open connections, by address; touched on the strand alone.
+  std::unordered_map<serve::Connection*, std::shared_ptr<serve::Connection>> connections;
+  bool stopping = false;
   bool served = false;
 };
 
-void Server::Impl::reap_finished() {
-  for (auto it = connections.begin(); it != connections.end();)
-    it = (*it)->finished() ? connections.erase(it) : std::next(it);
-}
-
-void Server::Impl::accept_one() {
-  const int fd = ::accept(socket->fd(), nullptr, nullptr);
-  if (fd < 0) {
-    // Resource limits (EMFILE, ENOBUFS...) pass when connections end; wait a little instead of
-    // spinning. EAGAIN, ECONNABORTED and EINTR need nothing.
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED && errno != EINTR) {
-      pollfd p{wake[0], POLLIN, 0};
-      ::poll(&p, 1, 50);
-    }
+void Server::Impl::admit(serve::StreamSocket socket) {
+  if (stopping) return;  // accepted as the stop began: the socket closes
+  if (connections.size() >= static_cast<size_t>(options.max_connections)) {
+    serve::refuse(socket, refusal_frame);
     return;
   }
-  set_flags(fd);
-  reap_finished();
-  if (connections.size() >= static_cast<size_t>(max_server_connections)) {
-    ::close(fd);
-    return;
-  }
-  try {
-    connections.push_back(std::make_unique<serve::Connection>(fd, context));
-  } catch (const std::exception&) {
-    // No thread or no memory for it: this connection alone is refused (the socket was closed).
-  }
+  auto connection = std::make_shared<serve::Connection>(std::move(socket), context, [this](serve::Connection* c) {
+    asio::post(strand, [this, c] { connections.erase(c); });
+  });
+  connections.emplace(connection.get(), connection);
+  connection->start();
 }
 
-void Server::Impl::finish() noexcept {
-  stopping.store(true, std::memory_order_release);
-  if (socket) socket->close_and_remove();
-  for (auto& c : connections) c->stop_reading();
-  // Calls already read are run and answered; then each connection ends by itself. A write that
-  // stays blocked past the grace (a client that stopped reading) is failed.
-  const auto all_done = [&] {
-    for (auto& c : connections)
-      if (!c->finished()) return false;
-    return true;
-  };
-  for (;;) {
-    {
-      std::unique_lock lock(finished_mutex);
-      if (finished.wait_for(lock, std::chrono::milliseconds(100), all_done)) break;
-    }
-    for (auto& c : connections) {
-      const int64_t since = c->writing_since();
-      if (since != 0 && now_ns() - since > kWriteGraceNs) c->abort();
-    }
-  }
-  connections.clear();  // joins
+void Server::Impl::begin_stop() {
+  if (stopping) return;
+  stopping = true;
+  listener->close();
+  socket_file->close_and_remove();
+  for (auto& [address, connection] : connections) connection->stop();
+  boost::system::error_code ec;
+  wake_reader.cancel(ec);
 }
 
 Server::Server(std::shared_ptr<const Model> model, ServerOptions options) {
@@ -177,19 +171,20 @@ ServerStats Server::serve() {
   Impl& m = *impl_;
   if (m.served) throw Error(ErrorKind::state, "Server::serve was already called");
   m.served = true;
-  pollfd fds[2] = {{m.wake[0], POLLIN, 0}, {m.socket->fd(), POLLIN, 0}};
+  m.wake_reader.async_wait(asio::posix::stream_descriptor::wait_read, [&m](const boost::system::error_code&) {
+    m.begin_stop();
+  });
+  m.listener->start();
+  // Returns once nothing is left to do: the stop closed the listener, and every connection has
+  // closed (a connection whose call is with the batcher keeps the loop running).
   for (;;) {
-    fds[0].revents = fds[1].revents = 0;
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      m.finish();
-      throw Error(ErrorKind::io, std::string("poll failed: ") + std::strerror(err));
+    try {
+      m.io.run();
+      break;
+    } catch (const std::exception&) {
+      // A handler ran out of memory: that connection is lost, the others go on.
     }
-    if (fds[0].revents) break;
-    if (fds[1].revents) m.accept_one();
   }
-  m.finish();
   return stats();
 }
 

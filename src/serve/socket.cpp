@@ -104,10 +104,17 @@ ListeningSocket::ListeningSocket(std::string path, unsigned mode) : path_(std::m
 
 ListeningSocket::~ListeningSocket() { close_and_remove(); }
 
-void ListeningSocket::close_and_remove() noexcept {
-  if (fd_ < 0) return;
-  ::close(fd_);
+int ListeningSocket::release_fd() noexcept {
+  const int fd = fd_;
   fd_ = -1;
+  return fd;
+}
+
+void ListeningSocket::close_and_remove() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (removed_) return;
+  removed_ = true;
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == device_ &&
       st.st_ino == inode_)

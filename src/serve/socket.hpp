@@ -24,8 +24,11 @@ class ListeningSocket {
 
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
-  // Stops listening and unlinks the path if it is still this socket (not one another process
-  // put there since). Idempotent.
+  // Hands the listening descriptor to a new owner (the server's acceptor), which closes it;
+  // close_and_remove() then only unlinks the path.
+  int release_fd() noexcept;
+  // Stops listening (unless released) and unlinks the path if it is still this socket (not one
+  // another process put there since). Idempotent.
   void close_and_remove() noexcept;
 
  private:
@@ -33,6 +36,7 @@ class ListeningSocket {
   int fd_ = -1;
   dev_t device_ = 0;
   ino_t inode_ = 0;
+  bool removed_ = false;
 };
 
 }  // namespace lockstep::serve
