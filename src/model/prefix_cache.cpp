@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "model/prefix_cache_impl.hpp"
 
@@ -82,17 +83,20 @@ std::unique_ptr<KvCache> PrefixCache::Impl::take(Entry* e) {
 void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<KvCache> kv) {
   if (kv->bytes() > options.max_bytes) return;  // it could never stay: not filed at all
   // Entries that are prefixes of this one are redundant now.
+  // Collected first and removed once each: with colliding hashes one entry can sit in several of
+  // the lists looked at (or, before keys were deduplicated, twice in one), and removing it while
+  // a list still names it would read freed memory.
   const std::vector<uint64_t> hashes = prefix_hashes(tokens);
-  if (auto it = index.find(hashes.back()); it != index.end()) {
-    for (Entry* e : std::vector<Entry*>(it->second))
-      if (e->tokens.size() == tokens.size() && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) remove(e);
-  }
-  for (size_t L = 1; L < tokens.size(); ++L) {
-    auto it = index.find(hashes[L - 1]);
+  std::vector<Entry*> redundant;
+  for (size_t L = 1; L <= tokens.size(); ++L) {
+    const auto it = index.find(hashes[L - 1]);
     if (it == index.end()) continue;
-    for (Entry* e : std::vector<Entry*>(it->second))
-      if (e->tokens.size() == L && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) remove(e);
+    for (Entry* e : it->second)
+      if (e->tokens.size() == L && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) redundant.push_back(e);
   }
+  std::sort(redundant.begin(), redundant.end());
+  redundant.erase(std::unique(redundant.begin(), redundant.end()), redundant.end());
+  for (Entry* e : redundant) remove(e);
   auto entry = std::make_unique<Entry>();
   Entry* e = entry.get();
   e->tokens.assign(tokens.begin(), tokens.end());
@@ -101,6 +105,9 @@ void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<
   const size_t block = static_cast<size_t>(options.block);
   for (size_t L = block; L <= n; L += block) e->keys.push_back(hashes[L - 1]);
   if (n % block != 0) e->keys.push_back(hashes[n - 1]);
+  // Masked hashes of different lengths can be equal: an entry is filed at most once per key.
+  std::sort(e->keys.begin(), e->keys.end());
+  e->keys.erase(std::unique(e->keys.begin(), e->keys.end()), e->keys.end());
   for (uint64_t key : e->keys) index[key].push_back(e);
   lru.push_front(e);
   e->lru = lru.begin();
@@ -111,6 +118,37 @@ void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<
     remove(lru.back());
     ++stats.evictions;
   }
+}
+
+std::string PrefixCache::Impl::check() const {
+  uint64_t bytes = 0;
+  size_t filed = 0;
+  for (const auto& owned : storage) {
+    const Entry* e = owned.get();
+    bytes += e->kv->bytes();
+    for (size_t i = 0; i < e->keys.size(); ++i) {
+      for (size_t j = 0; j < i; ++j)
+        if (e->keys[j] == e->keys[i]) return "an entry lists key " + std::to_string(e->keys[i]) + " twice";
+      const auto it = index.find(e->keys[i]);
+      if (it == index.end()) return "an entry's key " + std::to_string(e->keys[i]) + " is not in the index";
+      const auto times = std::count(it->second.begin(), it->second.end(), e);
+      if (times != 1)
+        return "an entry is filed " + std::to_string(times) + " times under key " + std::to_string(e->keys[i]);
+      ++filed;
+    }
+  }
+  size_t listed = 0;
+  for (const auto& [key, list] : index) {
+    if (list.empty()) return "key " + std::to_string(key) + " has an empty list";
+    listed += list.size();
+  }
+  if (listed != filed) return "the index holds " + std::to_string(listed) + " filings, the entries " + std::to_string(filed);
+  if (lru.size() != storage.size() || stats.entries != storage.size())
+    return "entries: " + std::to_string(storage.size()) + " stored, " + std::to_string(lru.size()) + " in the LRU list, " +
+           std::to_string(stats.entries) + " counted";
+  if (stats.bytes != bytes) return "bytes: " + std::to_string(bytes) + " held, " + std::to_string(stats.bytes) + " counted";
+  if (stats.bytes > options.max_bytes) return "bytes over max_bytes";
+  return {};
 }
 
 }  // namespace lockstep

@@ -4,6 +4,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct PrefixCache::Impl {
   // (its prefixes), then evicts the least recently used until within max_bytes.
   void insert(std::span<const int32_t> tokens, std::unique_ptr<KvCache> kv);
   void remove(Entry* entry);
+  // The first broken invariant of the entries, index, LRU list and stats ("" when none): every
+  // entry is filed exactly once under each of its (distinct) keys and nowhere else, and the
+  // counts match. For tests.
+  std::string check() const;
 };
 
 }  // namespace lockstep
