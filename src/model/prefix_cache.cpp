@@ -7,14 +7,34 @@
 namespace lockstep {
 
 PrefixCache::PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options)
+    : PrefixCache(std::move(model), options, nullptr) {}
+
+PrefixCache::PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options,
+                         std::shared_ptr<KvPool> pool)
     : impl_(std::make_unique<Impl>()) {
   if (!model) throw Error(ErrorKind::invalid_argument, "a prefix cache needs a model");
   if (options.block < 1) throw Error(ErrorKind::invalid_argument, "the prefix cache's block must be at least 1");
+  const ModelConfig& c = model->config();
+  if (!pool) pool = std::make_shared<KvPool>(c, options.max_bytes);
+  if (!pool->impl().fits(c.n_layers, c.kv_dim(), c.length))
+    throw Error(ErrorKind::invalid_argument, "the key/value pool was made for another model's shape");
   impl_->model = std::move(model);
   impl_->options = options;
+  impl_->pool = std::move(pool);
+  // Sessions (or anyone) taking from a shared pool past its budget have this cache evict first.
+  Impl* impl = impl_.get();
+  impl_->pool->impl().add_reclaimer(impl, [impl] {
+    std::lock_guard lock(impl->mutex);
+    if (impl->lru.empty()) return false;
+    impl->remove(impl->lru.back());
+    ++impl->stats.evictions;
+    return true;
+  });
 }
 
-PrefixCache::~PrefixCache() = default;
+PrefixCache::~PrefixCache() { impl_->pool->impl().remove_reclaimer(impl_.get()); }
+
+const std::shared_ptr<KvPool>& PrefixCache::pool() const { return impl_->pool; }
 
 const Model& PrefixCache::model() const { return *impl_->model; }
 
@@ -67,17 +87,42 @@ void PrefixCache::Impl::remove(Entry* e) {
     if (list.empty()) index.erase(it);
   }
   lru.erase(e->lru);
-  stats.bytes -= e->kv->bytes();
+  if (e->kv) stats.bytes -= e->kv->bytes();
   --stats.entries;
   storage.erase(std::find_if(storage.begin(), storage.end(), [e](const auto& p) { return p.get() == e; }));
 }
 
 std::unique_ptr<KvCache> PrefixCache::Impl::take(Entry* e) {
-  std::unique_ptr<KvCache> kv = std::move(e->kv);
-  e->kv = std::make_unique<KvCache>(0, 0, 0);  // bytes() of the placeholder is 0
+  std::unique_ptr<KvCache> kv = std::move(e->kv);  // e->kv is null now: remove counts no bytes
   stats.bytes -= kv->bytes();
   remove(e);
   return kv;
+}
+
+std::unique_ptr<KvCache> PrefixCache::Impl::acquire(const Entry* keep) {
+  KvPool::Impl& p = pool->impl();
+  float* slab = nullptr;
+  for (;;) {
+    slab = p.try_take();
+    if (slab) break;
+    Entry* victim = nullptr;
+    for (auto it = lru.rbegin(); it != lru.rend(); ++it) {
+      if (*it != keep) {
+        victim = *it;
+        break;
+      }
+    }
+    if (!victim) break;
+    remove(victim);  // its slab goes back to the pool
+    ++stats.evictions;
+  }
+  if (!slab) slab = p.take_over_budget();  // every slab is held (by calls in flight, sessions)
+  try {
+    return std::make_unique<KvCache>(pool, slab);
+  } catch (...) {
+    p.give(slab);
+    throw;
+  }
 }
 
 void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<KvCache> kv) {
@@ -125,7 +170,7 @@ std::string PrefixCache::Impl::check() const {
   size_t filed = 0;
   for (const auto& owned : storage) {
     const Entry* e = owned.get();
-    bytes += e->kv->bytes();
+    bytes += e->kv ? e->kv->bytes() : 0;
     for (size_t i = 0; i < e->keys.size(); ++i) {
       for (size_t j = 0; j < i; ++j)
         if (e->keys[j] == e->keys[i]) return "an entry lists key " + std::to_string(e->keys[i]) + " twice";

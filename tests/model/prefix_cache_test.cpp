@@ -154,7 +154,9 @@ TEST(PrefixCache, CollidingKeysFileAnEntryOncePerKeyAndKeepTheIndexConsistent) {
         }
         const PrefixCacheStats s = cache.stats();
         EXPECT_GT(s.entries, 0u) << what;
-        if (mask == 0) EXPECT_GT(s.collisions, 0u) << what;
+        if (mask == 0) {
+          EXPECT_GT(s.collisions, 0u) << what;
+        }
       }
     }
   }
