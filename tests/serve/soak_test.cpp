@@ -1,5 +1,5 @@
 // Soak: the real `lockstep serve` under many clients sending distinct prompts, its resident
-// memory sampled from /proc and held to the bound docs/ARCHITECTURE.md ("Memory") promises:
+// memory sampled from /proc and held to the bound docs/PROTOCOL.md ("Memory") promises:
 //
 //   weights (f32 parameters + the packed copy)
 //   + --cache-mb + batch windows of keys and values (the key/value pool: its budget, and what
