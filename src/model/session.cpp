@@ -12,8 +12,8 @@ struct Session::Impl {
   std::shared_ptr<const Model> model;
   CallOptions call;
   std::vector<int32_t> tokens;
-  // The fast path's keys and values for positions [0, cached); made on the first cpu append.
   std::shared_ptr<KvPool> pool;  // where `cache` comes from; null: its own allocation
+  // The fast path's keys and values for positions [0, cached); made on the first cpu append.
   std::unique_ptr<KvCache> cache;
   int32_t cached = 0;
 };
