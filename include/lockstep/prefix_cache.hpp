@@ -7,12 +7,19 @@
 // `block` tokens and at the entry's own length (its partial last block), and every match is
 // verified against the tokens themselves, so a hash collision can never give a wrong answer. The
 // least recently used entries are evicted to stay within max_bytes.
+//
+// The keys and values live in slabs of a KvPool (include/lockstep/kv_pool.hpp), one window per
+// slab: the cache's own pool with a budget of max_bytes, or one shared with sessions. A call's
+// rows take their slabs from the same pool (evicting the least recently used entries when the
+// budget is spent), and a row's slab becomes its entry afterwards, so the cache's memory is
+// allocated once and reused rather than freed to the allocator and taken again per call.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
 
 namespace lockstep {
@@ -36,12 +43,16 @@ struct PrefixCacheStats {
 class PrefixCache {
  public:
   explicit PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options = {});
+  // With `pool` (made for this model's shape) shared with sessions; null: a pool of its own with
+  // a budget of options.max_bytes.
+  PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options, std::shared_ptr<KvPool> pool);
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
   PrefixCacheStats stats() const;
   const Model& model() const;
+  const std::shared_ptr<KvPool>& pool() const;
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
 
 namespace lockstep {
@@ -17,6 +18,10 @@ class Session {
   // An empty session on `model`; `call` chooses the device and threads its appends use. On the
   // reference device a session keeps only its tokens and recomputes from position 0 each time.
   explicit Session(std::shared_ptr<const Model> model, const CallOptions& call = {});
+  // Its keys and values (one window) a slab of `pool` (made for this model's shape; null: its
+  // own allocation), taken on the first cpu append and given back when the session goes; forks
+  // take theirs from the same pool. A pool past its budget has a prefix cache sharing it evict.
+  Session(std::shared_ptr<const Model> model, const CallOptions& call, std::shared_ptr<KvPool> pool);
   ~Session();
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;

@@ -75,7 +75,6 @@ CallStats forward_with_cache(const Model& model, std::span<const RowRequest> row
                              PrefixCache& cache) {
   const Model::Impl& m = model.impl();
   PrefixCache::Impl& c = cache.impl();
-  const int32_t window = m.config.length;
   std::vector<std::unique_ptr<KvCache>> kv(rows.size());
   std::vector<RowWork> work(rows.size());
   uint64_t computed = 0, reused = 0;
@@ -89,10 +88,14 @@ CallStats forward_with_cache(const Model& model, std::span<const RowRequest> row
         start = length;
         // A prefix the call covers whole moves out of the cache (this call's entry replaces it);
         // a longer entry lends a copy of its first positions.
-        kv[i] = static_cast<int32_t>(entry->tokens.size()) == length ? c.take(entry)
-                                                                     : std::make_unique<KvCache>(entry->kv->copy(length));
+        if (static_cast<int32_t>(entry->tokens.size()) == length) {
+          kv[i] = c.take(entry);
+        } else {
+          kv[i] = c.acquire(entry);  // never evicts `entry` itself
+          kv[i]->copy_from(*entry->kv, length);
+        }
       } else {
-        kv[i] = std::make_unique<KvCache>(m.config, window);
+        kv[i] = c.acquire(nullptr);
       }
       work[i] = {r.ids.subspan(0, static_cast<size_t>(r.out_end)), start, r.out_begin, r.out_end, r.logits, r.hidden, kv[i].get()};
       computed += static_cast<uint64_t>(r.out_end - start);

@@ -7,6 +7,7 @@
 // output's bits are the reference's whatever the thread count, the batch, the cache or the SIMD
 // target.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/matmul_split.hpp"
 #include "kernels/simd/packed_weights.hpp"
+#include "model/kv_pool_impl.hpp"
 #include "model/model_impl.hpp"
 
 namespace lockstep {
@@ -58,8 +60,8 @@ Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, 
     }
     KvView v;
     if (w.cache) {
-      v.keys = w.cache->keys.get();
-      v.values = w.cache->values.get();
+      v.keys = w.cache->keys();
+      v.values = w.cache->values();
       v.layer_stride = static_cast<int64_t>(w.cache->capacity) * kv_dim;
       v.ld = w.cache->capacity;
     } else {
@@ -132,7 +134,11 @@ ScratchPool::Block ScratchPool::take(size_t floats) {
       }
     }
   }
-  return {simd::aligned_floats(floats), floats};
+  // Powers of two (from 4 KiB): a run's need varies call by call, and blocks of a few sizes
+  // are reused where exact sizes would each be a new allocation (the blocks a single runner ever
+  // allocates sum to at most twice the largest).
+  const size_t capacity = std::bit_ceil(std::max<size_t>(floats, 1024));
+  return {simd::aligned_floats(capacity), capacity};
 }
 
 void ScratchPool::give(Block block) noexcept {
@@ -146,22 +152,73 @@ void ScratchPool::give(Block block) noexcept {
   }
 }
 
+namespace {
+size_t padded_key_floats(int32_t layers, int32_t dim, int32_t cap) {
+  return (static_cast<size_t>(layers) * static_cast<size_t>(dim) * static_cast<size_t>(cap) + 15) / 16 * 16;
+}
+}  // namespace
+
 KvCache::KvCache(int32_t layers, int32_t dim, int32_t cap)
-    : capacity(cap), n_layers(layers), kv_dim(dim),
-      keys(simd::aligned_floats(static_cast<size_t>(layers) * dim * cap)),
-      values(simd::aligned_floats(static_cast<size_t>(layers) * dim * cap)) {}
+    : capacity(cap), n_layers(layers), kv_dim(dim), key_floats_(padded_key_floats(layers, dim, cap)) {
+  owned_ = simd::aligned_floats(key_floats_ + static_cast<size_t>(layers) * dim * cap);
+  data_ = owned_.get();
+}
 
 KvCache::KvCache(const ModelConfig& c, int32_t cap) : KvCache(c.n_layers, c.kv_dim(), cap) {}
 
-KvCache KvCache::copy(int32_t positions) const {
-  KvCache out(n_layers, kv_dim, capacity);
+KvCache::KvCache(std::shared_ptr<KvPool> pool, float* slab) : pool_(std::move(pool)), data_(slab) {
+  const KvPool::Impl& p = pool_->impl();
+  capacity = p.capacity;
+  n_layers = p.n_layers;
+  kv_dim = p.kv_dim;
+  key_floats_ = p.key_floats;
+}
+
+KvCache::KvCache(std::shared_ptr<KvPool> pool) : KvCache(pool, pool->impl().take()) {}
+
+KvCache::~KvCache() { release(); }
+
+void KvCache::release() noexcept {
+  if (pool_ && data_) pool_->impl().give(data_);
+  pool_.reset();
+  owned_.reset();
+  data_ = nullptr;
+}
+
+KvCache::KvCache(KvCache&& o) noexcept
+    : capacity(o.capacity), n_layers(o.n_layers), kv_dim(o.kv_dim), owned_(std::move(o.owned_)),
+      pool_(std::move(o.pool_)), data_(o.data_), key_floats_(o.key_floats_) {
+  o.data_ = nullptr;
+}
+
+KvCache& KvCache::operator=(KvCache&& o) noexcept {
+  if (this != &o) {
+    release();
+    capacity = o.capacity;
+    n_layers = o.n_layers;
+    kv_dim = o.kv_dim;
+    owned_ = std::move(o.owned_);
+    pool_ = std::move(o.pool_);
+    data_ = o.data_;
+    key_floats_ = o.key_floats_;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+void KvCache::copy_from(const KvCache& src, int32_t positions) {
   const size_t n = static_cast<size_t>(positions);
   for (int32_t l = 0; l < n_layers; ++l) {
     for (int32_t e = 0; e < kv_dim; ++e)
-      std::memcpy(out.layer_keys(l) + static_cast<int64_t>(e) * capacity, layer_keys(l) + static_cast<int64_t>(e) * capacity,
-                  n * sizeof(float));
-    std::memcpy(out.layer_values(l), layer_values(l), n * static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(layer_keys(l) + static_cast<int64_t>(e) * capacity,
+                  src.layer_keys(l) + static_cast<int64_t>(e) * src.capacity, n * sizeof(float));
+    std::memcpy(layer_values(l), src.layer_values(l), n * static_cast<size_t>(kv_dim) * sizeof(float));
   }
+}
+
+KvCache KvCache::copy(int32_t positions) const {
+  KvCache out(n_layers, kv_dim, capacity);
+  out.copy_from(*this, positions);
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
 
 namespace lockstep {
@@ -81,20 +82,39 @@ struct Model::Impl {
 
 // The keys and values of one sequence for every layer, in the fast path's layout: keys
 // transposed, [n_layers][kv_dim][capacity] (key j's e-th value at e * capacity + j, so attention's
-// lanes run along j), values [n_layers][capacity][kv_dim].
+// lanes run along j), values [n_layers][capacity][kv_dim]. Both live in one block: a slab of a
+// KvPool (given back when the cache goes; capacity is then the pool's window), or the cache's
+// own allocation. The values start 64-byte aligned after the keys.
 struct KvCache {
   int32_t capacity = 0;
   int32_t n_layers = 0;
   int32_t kv_dim = 0;
-  simd::AlignedFloats keys, values;
+  // Its own memory.
   KvCache(const ModelConfig& c, int32_t capacity);
   KvCache(int32_t n_layers, int32_t kv_dim, int32_t capacity);
-  KvCache(KvCache&&) noexcept = default;
-  KvCache& operator=(KvCache&&) noexcept = default;
-  KvCache copy(int32_t positions) const;  // a cache holding this one's first `positions`
-  float* layer_keys(int32_t l) const { return keys.get() + static_cast<int64_t>(l) * kv_dim * capacity; }
-  float* layer_values(int32_t l) const { return values.get() + static_cast<int64_t>(l) * capacity * kv_dim; }
+  // A slab of `pool` taken by the caller (KvPool::Impl::take...), given back on destruction.
+  KvCache(std::shared_ptr<KvPool> pool, float* slab);
+  // A slab of `pool`, taken with KvPool::Impl::take (which may ask a prefix cache to evict).
+  explicit KvCache(std::shared_ptr<KvPool> pool);
+  ~KvCache();
+  KvCache(KvCache&& other) noexcept;
+  KvCache& operator=(KvCache&& other) noexcept;
+
+  // Copies `source`'s first `positions` (same shape) into this cache.
+  void copy_from(const KvCache& source, int32_t positions);
+  KvCache copy(int32_t positions) const;  // a cache of its own holding this one's first `positions`
+  float* keys() const { return data_; }
+  float* values() const { return data_ + key_floats_; }
+  float* layer_keys(int32_t l) const { return keys() + static_cast<int64_t>(l) * kv_dim * capacity; }
+  float* layer_values(int32_t l) const { return values() + static_cast<int64_t>(l) * capacity * kv_dim; }
   size_t bytes() const { return 2 * static_cast<size_t>(n_layers) * capacity * kv_dim * sizeof(float); }
+
+ private:
+  void release() noexcept;
+  simd::AlignedFloats owned_;
+  std::shared_ptr<KvPool> pool_;  // where data_ goes back to, when it is a slab
+  float* data_ = nullptr;
+  size_t key_floats_ = 0;  // the keys' part, padded to 16 floats
 };
 
 // One row of the fast forward pass: positions [start, out_end) of ids are computed; those before

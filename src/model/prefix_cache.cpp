@@ -1,19 +1,40 @@
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "model/prefix_cache_impl.hpp"
 
 namespace lockstep {
 
 PrefixCache::PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options)
+    : PrefixCache(std::move(model), options, nullptr) {}
+
+PrefixCache::PrefixCache(std::shared_ptr<const Model> model, const PrefixCacheOptions& options,
+                         std::shared_ptr<KvPool> pool)
     : impl_(std::make_unique<Impl>()) {
   if (!model) throw Error(ErrorKind::invalid_argument, "a prefix cache needs a model");
   if (options.block < 1) throw Error(ErrorKind::invalid_argument, "the prefix cache's block must be at least 1");
+  const ModelConfig& c = model->config();
+  if (!pool) pool = std::make_shared<KvPool>(c, options.max_bytes);
+  if (!pool->impl().fits(c.n_layers, c.kv_dim(), c.length))
+    throw Error(ErrorKind::invalid_argument, "the key/value pool was made for another model's shape");
   impl_->model = std::move(model);
   impl_->options = options;
+  impl_->pool = std::move(pool);
+  // Sessions (or anyone) taking from a shared pool past its budget have this cache evict first.
+  Impl* impl = impl_.get();
+  impl_->pool->impl().add_reclaimer(impl, [impl] {
+    std::lock_guard lock(impl->mutex);
+    if (impl->lru.empty()) return false;
+    impl->remove(impl->lru.back());
+    ++impl->stats.evictions;
+    return true;
+  });
 }
 
-PrefixCache::~PrefixCache() = default;
+PrefixCache::~PrefixCache() { impl_->pool->impl().remove_reclaimer(impl_.get()); }
+
+const std::shared_ptr<KvPool>& PrefixCache::pool() const { return impl_->pool; }
 
 const Model& PrefixCache::model() const { return *impl_->model; }
 
@@ -66,33 +87,61 @@ void PrefixCache::Impl::remove(Entry* e) {
     if (list.empty()) index.erase(it);
   }
   lru.erase(e->lru);
-  stats.bytes -= e->kv->bytes();
+  if (e->kv) stats.bytes -= e->kv->bytes();
   --stats.entries;
   storage.erase(std::find_if(storage.begin(), storage.end(), [e](const auto& p) { return p.get() == e; }));
 }
 
 std::unique_ptr<KvCache> PrefixCache::Impl::take(Entry* e) {
-  std::unique_ptr<KvCache> kv = std::move(e->kv);
-  e->kv = std::make_unique<KvCache>(0, 0, 0);  // bytes() of the placeholder is 0
+  std::unique_ptr<KvCache> kv = std::move(e->kv);  // e->kv is null now: remove counts no bytes
   stats.bytes -= kv->bytes();
   remove(e);
   return kv;
 }
 
+std::unique_ptr<KvCache> PrefixCache::Impl::acquire(const Entry* keep) {
+  KvPool::Impl& p = pool->impl();
+  float* slab = nullptr;
+  for (;;) {
+    slab = p.try_take();
+    if (slab) break;
+    Entry* victim = nullptr;
+    for (auto it = lru.rbegin(); it != lru.rend(); ++it) {
+      if (*it != keep) {
+        victim = *it;
+        break;
+      }
+    }
+    if (!victim) break;
+    remove(victim);  // its slab goes back to the pool
+    ++stats.evictions;
+  }
+  if (!slab) slab = p.take_over_budget();  // every slab is held (by calls in flight, sessions)
+  try {
+    return std::make_unique<KvCache>(pool, slab);
+  } catch (...) {
+    p.give(slab);
+    throw;
+  }
+}
+
 void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<KvCache> kv) {
   if (kv->bytes() > options.max_bytes) return;  // it could never stay: not filed at all
   // Entries that are prefixes of this one are redundant now.
+  // Collected first and removed once each: with colliding hashes one entry can sit in several of
+  // the lists looked at (or, before keys were deduplicated, twice in one), and removing it while
+  // a list still names it would read freed memory.
   const std::vector<uint64_t> hashes = prefix_hashes(tokens);
-  if (auto it = index.find(hashes.back()); it != index.end()) {
-    for (Entry* e : std::vector<Entry*>(it->second))
-      if (e->tokens.size() == tokens.size() && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) remove(e);
-  }
-  for (size_t L = 1; L < tokens.size(); ++L) {
-    auto it = index.find(hashes[L - 1]);
+  std::vector<Entry*> redundant;
+  for (size_t L = 1; L <= tokens.size(); ++L) {
+    const auto it = index.find(hashes[L - 1]);
     if (it == index.end()) continue;
-    for (Entry* e : std::vector<Entry*>(it->second))
-      if (e->tokens.size() == L && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) remove(e);
+    for (Entry* e : it->second)
+      if (e->tokens.size() == L && std::equal(e->tokens.begin(), e->tokens.end(), tokens.begin())) redundant.push_back(e);
   }
+  std::sort(redundant.begin(), redundant.end());
+  redundant.erase(std::unique(redundant.begin(), redundant.end()), redundant.end());
+  for (Entry* e : redundant) remove(e);
   auto entry = std::make_unique<Entry>();
   Entry* e = entry.get();
   e->tokens.assign(tokens.begin(), tokens.end());
@@ -101,6 +150,9 @@ void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<
   const size_t block = static_cast<size_t>(options.block);
   for (size_t L = block; L <= n; L += block) e->keys.push_back(hashes[L - 1]);
   if (n % block != 0) e->keys.push_back(hashes[n - 1]);
+  // Masked hashes of different lengths can be equal: an entry is filed at most once per key.
+  std::sort(e->keys.begin(), e->keys.end());
+  e->keys.erase(std::unique(e->keys.begin(), e->keys.end()), e->keys.end());
   for (uint64_t key : e->keys) index[key].push_back(e);
   lru.push_front(e);
   e->lru = lru.begin();
@@ -111,6 +163,37 @@ void PrefixCache::Impl::insert(std::span<const int32_t> tokens, std::unique_ptr<
     remove(lru.back());
     ++stats.evictions;
   }
+}
+
+std::string PrefixCache::Impl::check() const {
+  uint64_t bytes = 0;
+  size_t filed = 0;
+  for (const auto& owned : storage) {
+    const Entry* e = owned.get();
+    bytes += e->kv ? e->kv->bytes() : 0;
+    for (size_t i = 0; i < e->keys.size(); ++i) {
+      for (size_t j = 0; j < i; ++j)
+        if (e->keys[j] == e->keys[i]) return "an entry lists key " + std::to_string(e->keys[i]) + " twice";
+      const auto it = index.find(e->keys[i]);
+      if (it == index.end()) return "an entry's key " + std::to_string(e->keys[i]) + " is not in the index";
+      const auto times = std::count(it->second.begin(), it->second.end(), e);
+      if (times != 1)
+        return "an entry is filed " + std::to_string(times) + " times under key " + std::to_string(e->keys[i]);
+      ++filed;
+    }
+  }
+  size_t listed = 0;
+  for (const auto& [key, list] : index) {
+    if (list.empty()) return "key " + std::to_string(key) + " has an empty list";
+    listed += list.size();
+  }
+  if (listed != filed) return "the index holds " + std::to_string(listed) + " filings, the entries " + std::to_string(filed);
+  if (lru.size() != storage.size() || stats.entries != storage.size())
+    return "entries: " + std::to_string(storage.size()) + " stored, " + std::to_string(lru.size()) + " in the LRU list, " +
+           std::to_string(stats.entries) + " counted";
+  if (stats.bytes != bytes) return "bytes: " + std::to_string(bytes) + " held, " + std::to_string(stats.bytes) + " counted";
+  if (stats.bytes > options.max_bytes) return "bytes over max_bytes";
+  return {};
 }
 
 }  // namespace lockstep

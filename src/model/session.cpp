@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/fpenv.hpp"
+#include "model/kv_pool_impl.hpp"
 #include "model/model_impl.hpp"
 
 namespace lockstep {
@@ -11,6 +12,7 @@ struct Session::Impl {
   std::shared_ptr<const Model> model;
   CallOptions call;
   std::vector<int32_t> tokens;
+  std::shared_ptr<KvPool> pool;  // where `cache` comes from; null: its own allocation
   // The fast path's keys and values for positions [0, cached); made on the first cpu append.
   std::unique_ptr<KvCache> cache;
   int32_t cached = 0;
@@ -22,6 +24,14 @@ Session::Session(std::shared_ptr<const Model> model, const CallOptions& call) : 
   if (!model) throw Error(ErrorKind::invalid_argument, "a session needs a model");
   impl_->model = std::move(model);
   impl_->call = call;
+}
+
+Session::Session(std::shared_ptr<const Model> model, const CallOptions& call, std::shared_ptr<KvPool> pool)
+    : Session(std::move(model), call) {
+  const ModelConfig& c = impl_->model->config();
+  if (pool && !pool->impl().fits(c.n_layers, c.kv_dim(), c.length))
+    throw Error(ErrorKind::invalid_argument, "the key/value pool was made for another model's shape");
+  impl_->pool = std::move(pool);
 }
 
 Session::~Session() = default;
@@ -56,9 +66,12 @@ Session Session::fork(int32_t length) const {
   impl->model = impl_->model;
   impl->call = impl_->call;
   impl->tokens.assign(impl_->tokens.begin(), impl_->tokens.begin() + n);
+  impl->pool = impl_->pool;
   if (impl_->cache) {
     impl->cached = std::min(n, impl_->cached);
-    impl->cache = std::make_unique<KvCache>(impl_->cache->copy(impl->cached));
+    impl->cache = impl->pool ? std::make_unique<KvCache>(impl->pool)
+                             : std::make_unique<KvCache>(impl_->cache->n_layers, impl_->cache->kv_dim, impl_->cache->capacity);
+    impl->cache->copy_from(*impl_->cache, impl->cached);
   }
   return Session(std::move(impl));
 }
@@ -118,7 +131,7 @@ void append_batch(std::span<const SessionStep> steps, const CallOptions& call) {
       std::vector<RowWork> rows;
       for (const SessionStep& step : steps) {
         Session::Impl& s = step.session->impl();
-        if (!s.cache) s.cache = std::make_unique<KvCache>(c, c.length);
+        if (!s.cache) s.cache = s.pool ? std::make_unique<KvCache>(s.pool) : std::make_unique<KvCache>(c, c.length);
         const int32_t n = static_cast<int32_t>(s.tokens.size());
         rows.push_back({s.tokens, s.cached, n - 1, n, step.logits, step.hidden, s.cache.get()});
       }

@@ -8,6 +8,7 @@
 #include "lockstep/call.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/prefix_cache.hpp"
+#include "model/prefix_cache_impl.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -116,6 +117,48 @@ TEST(PrefixCache, EvictionsATinyCacheAndForcedCollisionsNeverChangeABit) {
       EXPECT_GT(s.rows_reused, 0u);
     }
     EXPECT_LE(s.bytes, k.options.max_bytes);
+  }
+}
+
+// Masked hashes make an entry's keys equal to each other (mask 0: every key is 0) and to other
+// entries' keys. Each entry must still be filed once per distinct key, and replacing or evicting
+// one must leave the index, the LRU list and the counts consistent (issue 16: an entry filed
+// twice under one key was freed twice). Checked after every batch, not only at the end.
+TEST(PrefixCache, CollidingKeysFileAnEntryOncePerKeyAndKeepTheIndexConsistent) {
+  const ModelConfig c = test::tiny_gqa_config(20);
+  const auto model = Model::from_parameters(c, init_parameters(c, 23));
+  const CallLayout layout(c, {"logits"}, true);
+  const auto calls = sampling_calls(c, true, 50);
+  const size_t one_window = 2 * static_cast<size_t>(c.n_layers) * c.length * c.kv_dim() * sizeof(float);
+  for (const uint64_t mask : {uint64_t{0}, uint64_t{1}, uint64_t{3}}) {
+    for (const int32_t block : {1, 4}) {
+      for (const size_t windows : {size_t{3}, size_t{64}}) {
+        const std::string what = "mask " + std::to_string(mask) + " block " + std::to_string(block) + " windows " +
+                                 std::to_string(windows);
+        PrefixCache cache(model, {windows * one_window, block, mask});
+        for (size_t begin = 0; begin < calls.size(); begin += 4) {
+          std::vector<std::span<const uint8_t>> in;
+          std::vector<std::vector<uint8_t>> outs;
+          for (size_t i = begin; i < std::min(calls.size(), begin + 4); ++i) {
+            in.emplace_back(calls[i]);
+            outs.emplace_back(layout.output_bytes());
+          }
+          std::vector<std::span<uint8_t>> out_spans(outs.begin(), outs.end());
+          run_calls(*model, layout, in, out_spans, {Device::cpu, 1}, &cache);
+          std::string broken;
+          {
+            std::lock_guard lock(cache.impl().mutex);
+            broken = cache.impl().check();
+          }
+          ASSERT_EQ(broken, "") << what << ", after call " << begin;
+        }
+        const PrefixCacheStats s = cache.stats();
+        EXPECT_GT(s.entries, 0u) << what;
+        if (mask == 0) {
+          EXPECT_GT(s.collisions, 0u) << what;
+        }
+      }
+    }
   }
 }
 
