@@ -1,6 +1,7 @@
 #include "core/thread_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/fpenv.hpp"
 
@@ -14,21 +15,34 @@
 namespace lockstep {
 namespace {
 
-// Spin this many rounds before blocking: long enough to catch the next parallel region of the
-// same forward pass (microseconds apart), short enough that idle workers sleep when the machine
-// has fewer cores than threads.
-constexpr int kSpinRounds = 4096;
+// How long a waiting thread spins before it sleeps on a futex. Long enough to catch the next
+// phase of a forward pass on an idle machine (phases are microseconds apart), short enough that
+// a thread whose partner was descheduled, or shares its core, gives the core up at once: the
+// old policy (4096 rounds of pause, then yield, about 0.1-1 ms) cost that much per barrier
+// whenever the two threads of a 2-thread call shared a core, 40 barriers per decoded token.
+constexpr auto kSpin = std::chrono::microseconds(5);
+
+constexpr uint64_t kOpen = uint64_t{1} << 31;
+constexpr uint64_t kMembers = kOpen - 1;
+constexpr uint64_t kPhased = uint64_t{1} << 15;
+constexpr uint64_t kThreadsMask = kPhased - 1;
+
+// Spins while !done() for up to kSpin; returns done().
+template <typename Pred>
+bool spin(Pred done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      if (done()) return true;
+      LOCKSTEP_PAUSE();
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 
 template <typename T, typename Pred>
 void spin_then_wait(const std::atomic<T>& a, T seen, Pred done) {
-  for (int i = 0; i < kSpinRounds; ++i) {
-    if (done()) return;
-    if (i < kSpinRounds / 2) {
-      LOCKSTEP_PAUSE();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  if (spin(done)) return;
   while (!done()) {
     a.wait(seen, std::memory_order_acquire);
     seen = a.load(std::memory_order_acquire);
@@ -46,6 +60,8 @@ ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
   state_.fetch_add(uint64_t{1} << 16, std::memory_order_acq_rel);
   state_.notify_all();
+  progress_.fetch_add(1, std::memory_order_seq_cst);
+  progress_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
@@ -54,9 +70,15 @@ void ThreadPool::worker_loop(int index, uint64_t seen) {
     spin_then_wait(state_, seen, [&] { return state_.load(std::memory_order_acquire) != seen; });
     seen = state_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
-    // A participant's job cannot be replaced before it reports done, so job_ is this epoch's.
-    const int n = static_cast<int>(seen & 0xffff);
+    const int n = static_cast<int>(seen & kThreadsMask);
     if (index >= n) continue;
+    if (seen & kPhased) {
+      // Only while the job is open: a worker that wakes after its caller finished takes no part.
+      const auto serial = static_cast<uint32_t>(seen >> 16);
+      if (join(serial)) drive(index, false, serial);
+      continue;
+    }
+    // A participant's job cannot be replaced before it reports done, so job_ is this epoch's.
     try {
       FloatEnvScope env;
       (*job_)(index, n);
@@ -68,6 +90,14 @@ void ThreadPool::worker_loop(int index, uint64_t seen) {
   }
 }
 
+void ThreadPool::ensure_workers(int n) {
+  while (static_cast<int>(threads_.size()) + 1 < n) {
+    const int index = static_cast<int>(threads_.size()) + 1;
+    const uint64_t now = state_.load(std::memory_order_acquire);
+    threads_.emplace_back([this, index, now] { worker_loop(index, now); });
+  }
+}
+
 void ThreadPool::run(int threads, FunctionRef<void(int, int)> fn) {
   const int n = std::clamp(threads, 1, 1024);
   if (n == 1) {
@@ -76,11 +106,7 @@ void ThreadPool::run(int threads, FunctionRef<void(int, int)> fn) {
     return;
   }
   std::lock_guard lock(run_mutex_);
-  while (static_cast<int>(threads_.size()) + 1 < n) {
-    const int index = static_cast<int>(threads_.size()) + 1;
-    const uint64_t now = state_.load(std::memory_order_acquire);
-    threads_.emplace_back([this, index, now] { worker_loop(index, now); });
-  }
+  ensure_workers(n);
   job_ = &fn;
   error_ = nullptr;
   pending_.store(n - 1, std::memory_order_release);
@@ -98,6 +124,112 @@ void ThreadPool::run(int threads, FunctionRef<void(int, int)> fn) {
   spin_then_wait(pending_, left, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   job_ = nullptr;
   if (own) std::rethrow_exception(own);
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool ThreadPool::join(uint32_t serial) {
+  uint64_t v = members_.load(std::memory_order_acquire);
+  do {
+    if (static_cast<uint32_t>(v >> 32) != serial || !(v & kOpen)) return false;
+  } while (!members_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  return true;
+}
+
+void ThreadPool::leave() {
+  const uint64_t v = members_.fetch_sub(1, std::memory_order_acq_rel);
+  if (!(v & kOpen) && (v & kMembers) == 1) members_.notify_all();
+}
+
+void ThreadPool::phase_complete() {
+  progress_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) progress_.notify_all();
+}
+
+// Waits until every item of `phase` has returned (true), or, for a worker, until the job closed
+// while it slept (false; it is no longer a member). A worker leaves before it sleeps, so a
+// sleeping worker never holds the caller up.
+bool ThreadPool::wait_phase(const Phase& phase, bool owner, uint32_t serial) {
+  auto complete = [&] { return phase.done.load(std::memory_order_acquire) == phase.items; };
+  if (spin(complete)) return true;
+  for (;;) {
+    const uint32_t seen = progress_.load(std::memory_order_seq_cst);
+    if (complete()) return true;
+    if (!owner) leave();
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    progress_.wait(seen, std::memory_order_seq_cst);
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (!owner && !join(serial)) return false;
+  }
+}
+
+// Takes and runs items of each phase in turn until the last is handed out; the owner (the
+// caller) returns when every phase is complete, a worker as soon as it has nothing to do. A
+// worker that joins late runs through the phases already handed out without waiting.
+void ThreadPool::drive(int slot, bool owner, uint32_t serial) {
+  FloatEnvScope env;
+  const FunctionRef<void(int64_t, int64_t, int)>& body = *phase_body_;
+  const int64_t phases = n_phases_;
+  for (int64_t p = 0; p < phases; ++p) {
+    Phase& phase = phases_[p];
+    int64_t took = 0;
+    for (int64_t i = phase.next.fetch_add(1, std::memory_order_relaxed); i < phase.items;
+         i = phase.next.fetch_add(1, std::memory_order_relaxed)) {
+      if (!failed_.load(std::memory_order_relaxed)) {
+        try {
+          body(p, i, slot);
+        } catch (...) {
+          std::lock_guard lock(error_mutex_);
+          if (!error_) error_ = std::current_exception();
+          failed_.store(true, std::memory_order_relaxed);
+        }
+      }
+      ++took;
+    }
+    if (took > 0 && phase.done.fetch_add(took, std::memory_order_acq_rel) + took == phase.items) phase_complete();
+    if (!owner && p + 1 == phases) break;
+    if (!wait_phase(phase, owner, serial)) return;
+  }
+  if (!owner) leave();
+}
+
+void ThreadPool::run_phases(int threads, int64_t phases, FunctionRef<int64_t(int64_t)> items,
+                            FunctionRef<void(int64_t, int64_t, int)> body) {
+  const int n = std::clamp(threads, 1, 1024);
+  if (n == 1) {
+    FloatEnvScope env;
+    for (int64_t p = 0; p < phases; ++p)
+      for (int64_t i = 0, end = items(p); i < end; ++i) body(p, i, 0);
+    return;
+  }
+  std::lock_guard lock(run_mutex_);
+  ensure_workers(n);
+  // No member of an earlier job is left (its caller waited for them), so the phases are ours.
+  if (phase_capacity_ < phases) {
+    phases_ = std::make_unique<Phase[]>(static_cast<size_t>(phases));
+    phase_capacity_ = phases;
+  }
+  for (int64_t p = 0; p < phases; ++p) {
+    phases_[p].next.store(0, std::memory_order_relaxed);
+    phases_[p].done.store(0, std::memory_order_relaxed);
+    phases_[p].items = std::max<int64_t>(0, items(p));
+  }
+  n_phases_ = phases;
+  phase_body_ = &body;
+  error_ = nullptr;
+  failed_.store(false, std::memory_order_relaxed);
+  const uint64_t epoch = (state_.load(std::memory_order_relaxed) >> 16) + 1;
+  const auto serial = static_cast<uint32_t>(epoch);
+  members_.store((uint64_t{serial} << 32) | kOpen | 1, std::memory_order_release);  // the caller
+  state_.store((epoch << 16) | kPhased | static_cast<uint64_t>(n), std::memory_order_release);
+  state_.notify_all();
+  drive(0, true, serial);
+  // Close: no worker joins from now on; wake those asleep so they return to the idle loop, and
+  // wait for the members still looking at a counter.
+  members_.fetch_and(~kOpen, std::memory_order_acq_rel);
+  uint64_t left = members_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  phase_complete();
+  spin_then_wait(members_, left, [&] { return (members_.load(std::memory_order_acquire) & kMembers) == 0; });
+  phase_body_ = nullptr;
   if (error_) std::rethrow_exception(error_);
 }
 
