@@ -279,12 +279,12 @@ BENCHMARK(BM_OptimizerPass)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 // pair's ratio (2-thread speed / 1-thread speed) and of each side's tokens/s. Both sides of a
 // pair see the same moments of the machine, so the ratio says how the pool copes with the
 // machine's load (bench/run.sh busy runs it without and with a busy neighbour). Args {mode,
-// shape}: mode 0 decode (a 16-token prompt, then `kDecodeTokens` greedy tokens in a session),
+// shape}: mode 0 decode (a 16-token prompt, then 32 greedy tokens in a session, 12 for l768),
 // 1 prefill (one full-window forward), 2 a training step (batch 2 x window, AdamW).
-constexpr int kDecodeTokens = 32;
 void BM_TwoThreadsVsOne(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   const int which = static_cast<int>(state.range(1));
+  const int decode_tokens = which == 1 ? 12 : 32;
   ModelConfig c = shape_config(which);
   c.batch = 2;
   const std::vector<float>& params = shape_parameters(which);
@@ -307,12 +307,12 @@ void BM_TwoThreadsVsOne(benchmark::State& state) {
     if (mode == 0) {
       Session session(model, {Device::cpu, threads});
       std::vector<float> out = session.append({ids.data(), 16});
-      for (int i = 0; i < kDecodeTokens; ++i) {
+      for (int i = 0; i < decode_tokens; ++i) {
         const int32_t next[] = {greedy_choice(out)};
         out = session.append(next);
       }
       benchmark::DoNotOptimize(out.data());
-      tokens = kDecodeTokens;
+      tokens = decode_tokens;
     } else if (mode == 1) {
       RowRequest r;
       r.ids = {ids.data(), static_cast<size_t>(c.length)};

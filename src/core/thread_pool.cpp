@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 
 #include "core/fpenv.hpp"
 
@@ -51,7 +52,12 @@ void spin_then_wait(const std::atomic<T>& a, T seen, Pred done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : size_(std::max(1, threads)) {
+constexpr int kMaxThreads = 1024;
+constexpr int64_t kNone = INT64_MAX;
+
+ThreadPool::ThreadPool(int threads)
+    : size_(std::max(1, threads)), awaits_(std::make_unique<std::atomic<int64_t>[]>(kMaxThreads)) {
+  for (int i = 0; i < kMaxThreads; ++i) awaits_[i].store(kNone, std::memory_order_relaxed);
   threads_.reserve(static_cast<size_t>(size_ - 1));
   for (int i = 1; i < size_; ++i) threads_.emplace_back([this, i] { worker_loop(i, 0); });
 }
@@ -99,7 +105,7 @@ void ThreadPool::ensure_workers(int n) {
 }
 
 void ThreadPool::run(int threads, FunctionRef<void(int, int)> fn) {
-  const int n = std::clamp(threads, 1, 1024);
+  const int n = std::clamp(threads, 1, kMaxThreads);
   if (n == 1) {
     FloatEnvScope env;
     fn(0, 1);
@@ -140,36 +146,52 @@ void ThreadPool::leave() {
   if (!(v & kOpen) && (v & kMembers) == 1) members_.notify_all();
 }
 
-void ThreadPool::phase_complete() {
+void ThreadPool::phase_complete(int64_t p) {
   progress_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) progress_.notify_all();
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  for (int s = 0; s < phase_threads_; ++s)
+    if (awaits_[s].load(std::memory_order_seq_cst) <= p) {
+      progress_.notify_all();
+      return;
+    }
 }
 
-// Waits until every item of `phase` has returned (true), or, for a worker, until the job closed
+// Waits until every item of phase p has returned (true), or, for a worker, until the job closed
 // while it slept (false; it is no longer a member). A worker leaves before it sleeps, so a
 // sleeping worker never holds the caller up.
-bool ThreadPool::wait_phase(const Phase& phase, bool owner, uint32_t serial) {
+bool ThreadPool::wait_phase(int64_t p, int slot, uint32_t serial) {
+  const Phase& phase = phases_[p];
+  const bool owner = slot == 0;
   auto complete = [&] { return phase.done.load(std::memory_order_acquire) == phase.items; };
   if (spin(complete)) return true;
   for (;;) {
     const uint32_t seen = progress_.load(std::memory_order_seq_cst);
     if (complete()) return true;
     if (!owner) leave();
+    awaits_[slot].store(p, std::memory_order_seq_cst);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     progress_.wait(seen, std::memory_order_seq_cst);
-    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    awaits_[slot].store(kNone, std::memory_order_relaxed);
     if (!owner && !join(serial)) return false;
   }
 }
 
 // Takes and runs items of each phase in turn until the last is handed out; the owner (the
-// caller) returns when every phase is complete, a worker as soon as it has nothing to do. A
-// worker that joins late runs through the phases already handed out without waiting.
+// caller, slot 0) returns when every phase is complete, a worker as soon as it has nothing to
+// do. A worker skips the phases of one item (the owner's) and waits only for the phase before
+// the next one it can share; one that joins late runs through the phases already handed out.
 void ThreadPool::drive(int slot, bool owner, uint32_t serial) {
   FloatEnvScope env;
   const FunctionRef<void(int64_t, int64_t, int)>& body = *phase_body_;
   const int64_t phases = n_phases_;
   for (int64_t p = 0; p < phases; ++p) {
+    if (!owner) {
+      // The next phase this worker may take part in; the ones before it are the owner's.
+      while (p < phases && phases_[p].items < 2) ++p;
+      if (p == phases) break;
+      if (p > 0 && !wait_phase(p - 1, slot, serial)) return;
+    }
     Phase& phase = phases_[p];
     int64_t took = 0;
     for (int64_t i = phase.next.fetch_add(1, std::memory_order_relaxed); i < phase.items;
@@ -185,35 +207,40 @@ void ThreadPool::drive(int slot, bool owner, uint32_t serial) {
       }
       ++took;
     }
-    if (took > 0 && phase.done.fetch_add(took, std::memory_order_acq_rel) + took == phase.items) phase_complete();
-    if (!owner && p + 1 == phases) break;
-    if (!wait_phase(phase, owner, serial)) return;
+    if (took > 0 && phase.done.fetch_add(took, std::memory_order_acq_rel) + took == phase.items) phase_complete(p);
+    if (owner && !wait_phase(p, slot, serial)) return;
   }
   if (!owner) leave();
 }
 
 void ThreadPool::run_phases(int threads, int64_t phases, FunctionRef<int64_t(int64_t)> items,
                             FunctionRef<void(int64_t, int64_t, int)> body) {
-  const int n = std::clamp(threads, 1, 1024);
-  if (n == 1) {
+  const int n = std::clamp(threads, 1, kMaxThreads);
+  std::unique_lock lock(run_mutex_, std::defer_lock);
+  bool shared = false;  // a phase of two or more items
+  if (n > 1) {
+    lock.lock();
+    // No member of an earlier job is left (its caller waited for them), so the phases are ours.
+    if (phase_capacity_ < phases) {
+      phases_ = std::make_unique<Phase[]>(static_cast<size_t>(phases));
+      phase_capacity_ = phases;
+    }
+    for (int64_t p = 0; p < phases; ++p) {
+      phases_[p].next.store(0, std::memory_order_relaxed);
+      phases_[p].done.store(0, std::memory_order_relaxed);
+      phases_[p].items = std::max<int64_t>(0, items(p));
+      shared = shared || phases_[p].items > 1;
+    }
+  }
+  if (!shared) {  // the caller alone, in order
     FloatEnvScope env;
     for (int64_t p = 0; p < phases; ++p)
-      for (int64_t i = 0, end = items(p); i < end; ++i) body(p, i, 0);
+      for (int64_t i = 0, end = n > 1 ? phases_[p].items : items(p); i < end; ++i) body(p, i, 0);
     return;
   }
-  std::lock_guard lock(run_mutex_);
   ensure_workers(n);
-  // No member of an earlier job is left (its caller waited for them), so the phases are ours.
-  if (phase_capacity_ < phases) {
-    phases_ = std::make_unique<Phase[]>(static_cast<size_t>(phases));
-    phase_capacity_ = phases;
-  }
-  for (int64_t p = 0; p < phases; ++p) {
-    phases_[p].next.store(0, std::memory_order_relaxed);
-    phases_[p].done.store(0, std::memory_order_relaxed);
-    phases_[p].items = std::max<int64_t>(0, items(p));
-  }
   n_phases_ = phases;
+  phase_threads_ = n;
   phase_body_ = &body;
   error_ = nullptr;
   failed_.store(false, std::memory_order_relaxed);
@@ -227,7 +254,8 @@ void ThreadPool::run_phases(int threads, int64_t phases, FunctionRef<int64_t(int
   // wait for the members still looking at a counter.
   members_.fetch_and(~kOpen, std::memory_order_acq_rel);
   uint64_t left = members_.fetch_sub(1, std::memory_order_acq_rel) - 1;
-  phase_complete();
+  progress_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) progress_.notify_all();
   spin_then_wait(members_, left, [&] { return (members_.load(std::memory_order_acquire) & kMembers) == 0; });
   phase_body_ = nullptr;
   if (error_) std::rethrow_exception(error_);

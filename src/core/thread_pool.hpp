@@ -64,9 +64,11 @@ class ThreadPool {
   // once for each, every item of phase p starting after every item of phase p - 1 has returned.
   // Items go to whichever participant asks next: the calling thread (slot 0) and each worker
   // 1..threads-1 that wakes while the job is open, so a slot runs on one thread at a time and
-  // per-slot scratch is private. Returns when every item has returned; it never waits for a
-  // worker that holds no item (one that is descheduled, or wakes late, simply takes none). The
-  // first exception a body throws is rethrown here, after the remaining items are skipped.
+  // per-slot scratch is private. A phase of one item runs on the calling thread (its data is
+  // there; a worker would only add a hand-over), and a job without a phase of two or more items
+  // wakes no worker. Returns when every item has returned; it never waits for a worker that
+  // holds no item (one that is descheduled, or wakes late, simply takes none). The first
+  // exception a body throws is rethrown here, after the remaining items are skipped.
   void run_phases(int threads, int64_t phases, FunctionRef<int64_t(int64_t)> items,
                   FunctionRef<void(int64_t, int64_t, int)> body);
 
@@ -81,8 +83,8 @@ class ThreadPool {
   bool join(uint32_t serial);
   void leave();
   void drive(int slot, bool owner, uint32_t serial);
-  bool wait_phase(const Phase& phase, bool owner, uint32_t serial);
-  void phase_complete();
+  bool wait_phase(int64_t p, int slot, uint32_t serial);
+  void phase_complete(int64_t p);
 
   int size_;
   std::vector<std::thread> threads_;
@@ -103,10 +105,14 @@ class ThreadPool {
   std::unique_ptr<Phase[]> phases_;
   int64_t phase_capacity_ = 0;
   int64_t n_phases_ = 0;
+  int phase_threads_ = 0;
   const FunctionRef<void(int64_t, int64_t, int)>* phase_body_ = nullptr;
   std::atomic<uint64_t> members_{0};
   std::atomic<uint32_t> progress_{0};  // bumped at each phase's completion and at each close
   std::atomic<int> sleepers_{0};       // threads asleep on progress_
+  // Per slot, the phase whose completion it sleeps for (INT64_MAX: none): a completion wakes
+  // the sleepers only when one of them waits for it or an earlier phase.
+  std::unique_ptr<std::atomic<int64_t>[]> awaits_;
   std::atomic<bool> failed_{false};
 };
 

@@ -105,7 +105,7 @@ std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWor
 // Attention items grouped into runs of consecutive items, each of at least kAttentionWork
 // multiply-adds (keys x head_dim) where the call has that much: group g is items
 // [begin[g], begin[g + 1]).
-constexpr int64_t kAttentionWork = 32 << 10;
+constexpr int64_t kAttentionWork = 64 << 10;
 std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, int64_t head_dim) {
   std::vector<int64_t> begin{0};
   int64_t work = 0;
@@ -124,7 +124,7 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
 // items than panels, groups of whole row blocks), about kMatmulWork multiply-adds each and at
 // most kItemsPerThread per thread, so that a worker slowed by its neighbours takes fewer while
 // the split stays along outputs.
-constexpr int64_t kMatmulWork = 32 << 10;
+constexpr int64_t kMatmulWork = 64 << 10;
 constexpr int64_t kItemsPerThread = 8;
 struct MatmulItems {
   int64_t panel_groups = 1, row_groups = 1, row_blocks = 1, row_block = 1;
