@@ -121,9 +121,10 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
 }
 
 // One matmul phase's items: c [M, N] = a @ b cut into panel groups (and, when there are more
-// items than panels, groups of whole row blocks), about kMatmulWork multiply-adds each and at
-// most kItemsPerThread per thread, so that a worker slowed by its neighbours takes fewer while
-// the split stays along outputs.
+// items than panels, groups of whole row blocks), at least kMatmulWork multiply-adds each (a
+// few microseconds: less would cost more in hand-overs than it shares) and at most
+// kItemsPerThread per thread, so that a worker slowed by its neighbours takes fewer while the
+// split stays along outputs.
 constexpr int64_t kMatmulWork = 64 << 10;
 constexpr int64_t kItemsPerThread = 8;
 struct MatmulItems {
@@ -151,8 +152,9 @@ void matmul_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const
   if (r0 < r1 && p0 < p1) k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
 }
 
-// Tokens per item of the per-token phases (norms, RoPE, SwiGLU, outputs): about kTokenWork
-// floats of width `width` each, and at least 4 items per thread where there are tokens enough.
+// Tokens per item of the per-token phases (norms, RoPE, SwiGLU, outputs): at most 4 items per
+// thread, and at least kTokenWork floats of width `width` per item where there are tokens enough
+// (one token of a decode step is one item, which runs on the calling thread).
 constexpr int64_t kTokenWork = 8 << 10;
 int64_t tokens_per_item(int64_t tokens, int64_t width, int n) {
   return std::max<int64_t>({1, (tokens + 4 * n - 1) / (4 * n), std::min<int64_t>(tokens, kTokenWork / std::max<int64_t>(1, width))});
