@@ -33,19 +33,23 @@ stage() {  # a progress line on stderr: the stage and the time since the start
   echo "bench/run.sh: [$((SECONDS - START)) s] $*" >&2
 }
 
-# Google Benchmark's console lines, one per repetition as it finishes, without the aggregates.
+# Google Benchmark's console lines, one per repetition as it finishes, without the aggregates;
+# its stderr without the machine description it prints at every start (errors still show).
 progress() {
   grep --line-buffered -E '^BM_' | grep --line-buffered -vE '_(mean|median|stddev|cv) ' | sed -u 's/^/  /' >&2 || true
+}
+context() {
+  grep --line-buffered -vE '^(Run on|CPU Caches|  L[123] |Load Average|Running |\*\*\*WARNING|[0-9]{4}-[0-9]{2}-[0-9]{2}T)' >&2 || true
 }
 
 run_filter() {  # name, filter; three repetitions, the report keeps the fastest of each
   "$BIN" --benchmark_filter="$2" --benchmark_min_time="$min_time" --benchmark_repetitions=3 \
-    --benchmark_out="$OUT/$1.json" --benchmark_out_format=json --benchmark_color=false | progress
+    --benchmark_out="$OUT/$1.json" --benchmark_out_format=json --benchmark_color=false 2> >(context) | progress
 }
 
 run_busy() {  # name; the BM_TwoThreadsVsOne pairs (fixed iterations, medians of the pairs)
   "$BIN" --benchmark_filter='BM_TwoThreadsVsOne' --benchmark_out="$OUT/$1.json" --benchmark_out_format=json \
-    --benchmark_color=false | progress
+    --benchmark_color=false 2> >(context) | progress
 }
 
 case "$WHAT" in

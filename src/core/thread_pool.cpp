@@ -181,7 +181,9 @@ bool ThreadPool::wait_phase(int64_t p, int slot, uint32_t serial) {
 // caller, slot 0) returns when every phase is complete, a worker as soon as it has nothing to
 // do. A worker skips the phases of one item (the owner's) and waits only for the phase before
 // the next one it can share; one that joins late runs through the phases already handed out.
-void ThreadPool::drive(int slot, bool owner, uint32_t serial) {
+void ThreadPool::drive(int slot, bool owner, uint32_t serial, OwnerTimes* times) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   FloatEnvScope env;
   const FunctionRef<void(int64_t, int64_t, int)>& body = *phase_body_;
   const int64_t phases = n_phases_;
@@ -193,6 +195,8 @@ void ThreadPool::drive(int slot, bool owner, uint32_t serial) {
       if (p > 0 && !wait_phase(p - 1, slot, serial)) return;
     }
     Phase& phase = phases_[p];
+    const bool timed = times && phase.items > 1;
+    const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
     int64_t took = 0;
     for (int64_t i = phase.next.fetch_add(1, std::memory_order_relaxed); i < phase.items;
          i = phase.next.fetch_add(1, std::memory_order_relaxed)) {
@@ -208,6 +212,17 @@ void ThreadPool::drive(int slot, bool owner, uint32_t serial) {
       ++took;
     }
     if (took > 0 && phase.done.fetch_add(took, std::memory_order_acq_rel) + took == phase.items) phase_complete(p);
+    if (timed) {
+      const Clock::time_point end = Clock::now();
+      times->busy += seconds(start, end);
+      times->took += took;
+      times->items += phase.items;
+      if (phase.done.load(std::memory_order_acquire) != phase.items) {
+        wait_phase(p, slot, serial);
+        times->waited += seconds(end, Clock::now());
+      }
+      continue;
+    }
     if (owner && !wait_phase(p, slot, serial)) return;
   }
   if (!owner) leave();
@@ -232,6 +247,10 @@ void ThreadPool::run_phases(int threads, int64_t phases, FunctionRef<int64_t(int
       shared = shared || phases_[p].items > 1;
     }
   }
+  if (shared && solo_jobs_ > 0) {  // backing off after jobs the workers slowed down
+    --solo_jobs_;
+    shared = false;
+  }
   if (!shared) {  // the caller alone, in order
     FloatEnvScope env;
     for (int64_t p = 0; p < phases; ++p)
@@ -249,7 +268,19 @@ void ThreadPool::run_phases(int threads, int64_t phases, FunctionRef<int64_t(int
   members_.store((uint64_t{serial} << 32) | kOpen | 1, std::memory_order_release);  // the caller
   state_.store((epoch << 16) | kPhased | static_cast<uint64_t>(n), std::memory_order_release);
   state_.notify_all();
-  drive(0, true, serial);
+  OwnerTimes times;
+  drive(0, true, serial, &times);
+  // The workers' items, at the caller's pace, against what the caller spent waiting for them.
+  // (A job whose shared items all went to workers says nothing of their pace.)
+  if (times.took > 0) {
+    const double saved = times.busy * static_cast<double>(times.items - times.took) / static_cast<double>(times.took);
+    if (times.waited > saved) {
+      solo_jobs_ = backoff_;
+      backoff_ = std::min(backoff_ * 2, 64);
+    } else {
+      backoff_ = 2;
+    }
+  }
   // Close: no worker joins from now on; wake those asleep so they return to the idle loop, and
   // wait for the members still looking at a counter.
   members_.fetch_and(~kOpen, std::memory_order_acq_rel);

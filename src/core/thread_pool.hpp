@@ -67,8 +67,12 @@ class ThreadPool {
   // per-slot scratch is private. A phase of one item runs on the calling thread (its data is
   // there; a worker would only add a hand-over), and a job without a phase of two or more items
   // wakes no worker. Returns when every item has returned; it never waits for a worker that
-  // holds no item (one that is descheduled, or wakes late, simply takes none). The first
-  // exception a body throws is rethrown here, after the remaining items are skipped.
+  // holds no item (one that is descheduled, or wakes late, simply takes none). A worker that
+  // holds one while its core runs someone else still stalls the phase, so the caller keeps
+  // count: when it waited on the workers longer than their items would have taken it (a machine
+  // busier than its cores), the next 2, then 4, ... up to 64 jobs run on the caller alone before
+  // the workers are tried again. The first exception a body throws is rethrown here, after the
+  // remaining items are skipped.
   void run_phases(int threads, int64_t phases, FunctionRef<int64_t(int64_t)> items,
                   FunctionRef<void(int64_t, int64_t, int)> body);
 
@@ -82,7 +86,13 @@ class ThreadPool {
   void ensure_workers(int n);
   bool join(uint32_t serial);
   void leave();
-  void drive(int slot, bool owner, uint32_t serial);
+  // What the caller saw of a job: its time on the items of shared phases (phases of two or more
+  // items), how many of those items it ran and there were, and its time waiting for others.
+  struct OwnerTimes {
+    double busy = 0, waited = 0;
+    int64_t took = 0, items = 0;
+  };
+  void drive(int slot, bool owner, uint32_t serial, OwnerTimes* times = nullptr);
   bool wait_phase(int64_t p, int slot, uint32_t serial);
   void phase_complete(int64_t p);
 
@@ -106,6 +116,8 @@ class ThreadPool {
   int64_t phase_capacity_ = 0;
   int64_t n_phases_ = 0;
   int phase_threads_ = 0;
+  int solo_jobs_ = 0;  // jobs left to run on the caller alone
+  int backoff_ = 2;    // how many the next unhelpful job sets
   const FunctionRef<void(int64_t, int64_t, int)>* phase_body_ = nullptr;
   std::atomic<uint64_t> members_{0};
   std::atomic<uint32_t> progress_{0};  // bumped at each phase's completion and at each close

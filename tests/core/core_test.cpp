@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <thread>
@@ -121,6 +122,33 @@ TEST(ThreadPool, RunAndRunPhasesInterleaveFromSeveralCallers) {
     });
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), expected.load());
+}
+
+TEST(ThreadPool, RunPhasesBacksOffAfterAWorkerSlowedAJobDown) {
+  // Job 1: the caller's item waits until a worker has started the other, which then takes
+  // 300 ms (a worker its neighbours descheduled): the caller waited far longer than the item
+  // would have taken it, so the next two jobs run on the caller alone.
+  ThreadPool pool(2);
+  std::atomic<bool> started{false};
+  std::atomic<int> slots_seen{0};
+  pool.run_phases(2, 1, [](int64_t) -> int64_t { return 2; }, [&](int64_t, int64_t, int slot) {
+    slots_seen.fetch_or(1 << slot);
+    if (slot != 0) {
+      started.store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return;
+    }
+    for (int i = 0; i < 10000 && !started.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  ASSERT_EQ(slots_seen.load(), 3) << "both the caller and a worker ran an item";
+  for (int job = 0; job < 2; ++job) {
+    std::atomic<int> other{0};
+    pool.run_phases(2, 3, [](int64_t) -> int64_t { return 8; }, [&](int64_t, int64_t, int slot) {
+      if (slot != 0) other.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    });
+    EXPECT_EQ(other.load(), 0) << "job " << job << " after the slow one ran on the caller alone";
+  }
 }
 
 TEST(Barrier, SeparatesPhases) {
