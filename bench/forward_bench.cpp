@@ -1,5 +1,6 @@
 // Google Benchmark binary: the FMA peak, the matmul kernel, and full-window forward passes of the
-// issue's two shapes on the reference and the fast path. bench/run.sh turns these into ratios.
+// two benchmark shapes (s256, l768: bench/README.md) on the reference and the fast path, decode
+// loops, training steps, and 2 threads against 1.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "train/optimizer_pass.hpp"
 
 #include <map>
+#include <string>
 #include <mutex>
 
 namespace lockstep::bench {
@@ -31,7 +33,13 @@ ModelConfig shape_config(int which) {
   ModelConfig c;
   c.vocab_size = 256;
   c.length = 256;
-  if (which == 0) {  // s256
+  if (which == 2) {  // f128: the shipped fortunes model's shape (window 128)
+    c.length = 128;
+    c.d_model = 128;
+    c.n_layers = 4;
+    c.n_heads = 4;
+    c.d_ff = 384;
+  } else if (which == 0) {  // s256
     c.d_model = 256;
     c.n_layers = 6;
     c.n_heads = 8;
@@ -46,7 +54,7 @@ ModelConfig shape_config(int which) {
   return c;
 }
 
-const char* shape_name(int which) { return which == 0 ? "s256" : "l768"; }
+const char* shape_name(int which) { return which == 0 ? "s256" : which == 1 ? "l768" : "f128"; }
 
 std::vector<float> random_vector(int64_t n, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -266,6 +274,91 @@ void BM_OptimizerPass(benchmark::State& state) {
   state.counters["params"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_OptimizerPass)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// 2 threads against 1, inside one process: each iteration times the same work once on each
+// (alternating which goes first), and the counters are the medians over iterations of each
+// pair's ratio (2-thread speed / 1-thread speed) and of each side's tokens/s. Both sides of a
+// pair see the same moments of the machine, so the ratio says how the pool copes with the
+// machine's load (bench/run.sh busy runs it without and with a busy neighbour). Args {mode,
+// shape}: mode 0 decode (a 16-token prompt, then 32 greedy tokens in a session, 12 for l768),
+// 1 prefill (one full-window forward), 2 a training step (batch 2 x window, AdamW).
+void BM_TwoThreadsVsOne(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const int which = static_cast<int>(state.range(1));
+  const int decode_tokens = which == 1 ? 12 : 32;
+  ModelConfig c = shape_config(which);
+  c.batch = 2;
+  const std::vector<float>& params = shape_parameters(which);
+  std::vector<int32_t> ids(static_cast<size_t>(c.batch * (c.length + 1)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(random_below(256, 5, 0, i));
+  ModelOptions options;
+  options.threads = 2;
+  const auto model = Model::from_parameters(c, params, options);
+  TrainerOptions train_options[2];
+  std::unique_ptr<Trainer> trainers[2];
+  if (mode == 2)
+    for (int t = 0; t < 2; ++t) {
+      train_options[t].threads = t + 1;
+      trainers[t] = std::make_unique<Trainer>(c, params, train_options[t]);
+    }
+  std::vector<float> logits(static_cast<size_t>(c.length) * c.vocab_size);
+  double tokens = 0;
+  auto once = [&](int threads) {
+    const auto start = std::chrono::steady_clock::now();
+    if (mode == 0) {
+      Session session(model, {Device::cpu, threads});
+      std::vector<float> out = session.append({ids.data(), 16});
+      for (int i = 0; i < decode_tokens; ++i) {
+        const int32_t next[] = {greedy_choice(out)};
+        out = session.append(next);
+      }
+      benchmark::DoNotOptimize(out.data());
+      tokens = decode_tokens;
+    } else if (mode == 1) {
+      RowRequest r;
+      r.ids = {ids.data(), static_cast<size_t>(c.length)};
+      r.out_begin = 0;
+      r.out_end = c.length;
+      r.logits = logits.data();
+      model->forward({&r, 1}, {Device::cpu, threads});
+      tokens = c.length;
+    } else {
+      trainers[threads - 1]->train_step({ids.data(), c.batch, c.length + 1});
+      tokens = static_cast<double>(c.batch) * c.length;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  once(1);  // warm-up: workspaces, first touch, the pool's threads
+  once(2);
+  std::vector<double> ratios, one, two;
+  bool flip = false;
+  for (auto _ : state) {
+    double s1 = 0, s2 = 0;
+    if (flip) {
+      s2 = once(2);
+      s1 = once(1);
+    } else {
+      s1 = once(1);
+      s2 = once(2);
+    }
+    flip = !flip;
+    ratios.push_back(s1 / s2);
+    one.push_back(tokens / s1);
+    two.push_back(tokens / s2);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  state.SetLabel(std::string(mode == 0 ? "decode " : mode == 1 ? "prefill " : "train ") + shape_name(which));
+  state.counters["ratio_2t_1t"] = median(ratios);
+  state.counters["ratio_min"] = ratios.empty() ? 0.0 : *std::min_element(ratios.begin(), ratios.end());
+  state.counters["ratio_max"] = ratios.empty() ? 0.0 : *std::max_element(ratios.begin(), ratios.end());
+  state.counters["tokens_1t"] = median(one);
+  state.counters["tokens_2t"] = median(two);
+}
+BENCHMARK(BM_TwoThreadsVsOne)->Args({0, 2})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({2, 0})
+    ->Iterations(9)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lockstep

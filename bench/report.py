@@ -1,16 +1,11 @@
 #!/usr/bin/env python3
 """Turns the Google Benchmark JSON files bench/run.sh wrote into the tables and ratios of
-bench/README.md. Figures of other programs quoted from the issues are labelled as such; every
-ratio that matters is against a baseline measured in the same run (the FMA peak, one thread)."""
+bench/README.md. A table compares only figures measured in this run: lockstep against the FMA
+peak, one thread, or PyTorch where it is installed and ran beside it. Figures measured on other
+machines are not divided by (bench/README.md quotes them, with what is known of where)."""
 import json
 import os
 import sys
-
-# Measured by the issue's author on a 2-core machine of this kind (not in this run): llama.cpp F32
-# prefill of a 256-token window, tokens/s, and llama.cpp / PyTorch figures for decode and training.
-LLAMA_PREFILL = {"s256": (3071, 4222), "l768": (263, 469)}
-LLAMA_DECODE = {"s256": (None, 803), "l768": (35.1, 57.4)}
-TORCH_TRAIN = (1173, 1872)
 
 # Flops per token of a full 256-token forward: 2 per weight of every matmul, plus attention's
 # QK^T and PV over 255/2 keys on average.
@@ -79,24 +74,20 @@ def main():
                 label = name[10:] if name.startswith("BM_Matmul/") else name[12:] + " (a^T, gradients)"
                 print(f"  {label:<36} {gf:8.1f}   {100 * gf * 1e9 / peak1:5.1f}%")
         print("\nfull-window forward (256 tokens)  tokens/s:  reference   fast 1t   fast 2t   2t/1t   "
-              "GFLOP/s 1t (of peak)   vs llama.cpp 1t / 2t")
+              "GFLOP/s 1t (of peak)")
         for idx, shape in enumerate(("s256", "l768")):
             ref = rate(fwd.get(f"BM_Forward/{idx}/0"), "tokens")
             one = rate(fwd.get(f"BM_Forward/{idx}/1"), "tokens")
             two = rate(fwd.get(f"BM_Forward/{idx}/2"), "tokens")
             gf = one * forward_flops_per_token(shape) / 1e9 if one else None
-            l1, l2 = LLAMA_PREFILL[shape]
             print(f"  {shape:<38} {fmt(ref):>9} {fmt(one):>9} {fmt(two):>9}   {fmt(two / one if one and two else None)}x"
-                  f"   {fmt(gf)} ({fmt(100 * gf * 1e9 / peak1 if gf else None)}%)"
-                  f"        {fmt(one / l1 if one else None)}x / {fmt(two / l2 if two else None)}x")
+                  f"   {fmt(gf)} ({fmt(100 * gf * 1e9 / peak1 if gf and peak1 else None)}%)")
     if dec:
-        print("\n200-token session loop  tokens/s:  1 thread   2 threads   vs llama.cpp 1t / 2t")
+        print("\n200-token session loop  tokens/s:  1 thread   2 threads   2t/1t")
         for idx, shape in enumerate(("s256", "l768")):
             one = rate(dec.get(f"BM_Decode/{idx}/1"), "tokens")
             two = rate(dec.get(f"BM_Decode/{idx}/2"), "tokens")
-            l1, l2 = LLAMA_DECODE[shape]
-            print(f"  {shape:<31} {fmt(one):>9} {fmt(two):>11}   {fmt(one / l1 if one and l1 else None)}x / "
-                  f"{fmt(two / l2 if two and l2 else None)}x")
+            print(f"  {shape:<31} {fmt(one):>9} {fmt(two):>11}   {fmt(two / one if one and two else None)}x")
     if trn:
         one = rate(trn.get("BM_TrainStep/0/1"), "tokens")
         two = rate(trn.get("BM_TrainStep/0/2"), "tokens")
@@ -118,9 +109,8 @@ def main():
             if fast1 and t.get("1_fastest_step"):
                 print(f"  lockstep / PyTorch, fastest steps: {fast1 / t['1_fastest_step']:.2f}x on 1 thread"
                       + (f", {fast2 / t['2_fastest_step']:.2f}x on 2" if fast2 and t.get('2_fastest_step') else ""))
-        print(f"  (the issue's PyTorch 1.13 + OpenBLAS figures: {TORCH_TRAIN[0]} / {TORCH_TRAIN[1]} tokens/s; "
-              f"lockstep / those: means {fmt(one / TORCH_TRAIN[0] if one else None)}x / {fmt(two / TORCH_TRAIN[1] if two else None)}x, "
-              f"fastest steps {fmt(fast1 / TORCH_TRAIN[0] if fast1 else None)}x / {fmt(fast2 / TORCH_TRAIN[1] if fast2 else None)}x)")
+        else:
+            print("  (no PyTorch run beside it: python3-torch is not installed, or its run failed)")
         if peak1 and one:
             flops = 3 * forward_flops_per_token("s256")
             print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)"
@@ -137,6 +127,32 @@ def main():
             print(f"  optimizer pass over s256's parameters (clip sums, AdamW, EMA), 1 thread: "
                   f"{fast_pass['real_time']:.1f} ms SIMD against {ref_pass['real_time']:.1f} ms ref "
                   f"({ref_pass['real_time'] / fast_pass['real_time']:.2f}x)")
+
+    busy_report(folder)
+
+
+def busy_report(folder):
+    """2 threads against 1 (bench/run.sh busy): each pair timed in one process, medians of the
+    pairs' ratios, without (quiet.json) and with (busy.json) a busy loop pinned to CPU 0."""
+    runs = {name: {bench: b for bench, b in repetitions(folder, name)} for name in ("quiet", "busy")}
+    if not any(runs.values()):
+        return
+    print("\n2 threads / 1 thread, pairs timed in one process (median of 9 pairs, [min-max]);"
+          "\n  'neighbour': a busy loop pinned to CPU 0 during the pairs")
+    print(f"  {'':<16} {'machine as it is':>26} {'beside a neighbour':>26}   tokens/s 1t / 2t beside it")
+    names = sorted(set(runs["quiet"]) | set(runs["busy"]))
+    for name in names:
+        label = (runs["quiet"].get(name) or runs["busy"].get(name)).get("label", name)
+        cells = []
+        for kind in ("quiet", "busy"):
+            b = runs[kind].get(name)
+            if b and "ratio_2t_1t" in b:
+                cells.append(f"{b['ratio_2t_1t']:.2f}x [{b['ratio_min']:.2f}-{b['ratio_max']:.2f}]")
+            else:
+                cells.append("-")
+        nb = runs["busy"].get(name)
+        speeds = f"{fmt(rate(nb, 'tokens_1t'))} / {fmt(rate(nb, 'tokens_2t'))}" if nb else "-"
+        print(f"  {label:<16} {cells[0]:>26} {cells[1]:>26}   {speeds}")
 
 
 if __name__ == "__main__":

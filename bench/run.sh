@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Prints lockstep's performance figures as ratios measured in one run (the machines are shared
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
-#   bench/run.sh [BUILD_DIR] [forward|decode|train|serve|all] [--quick]
+#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
 #          the attention kernels forward and backward, and the optimizer's pass (SIMD / ref);
+#          busy: 2 threads against 1 (decode, prefill, a training step), each pair timed in one
+#          process, without and then with a busy neighbour process pinned to CPU 0;
 #          serve: bench/serve_bench.py (socket round trips, batching).
+# Each stage prints a line when it starts and one per benchmark as it finishes; the tables
+# (bench/report.py) come at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -15,25 +19,78 @@ QUICK=${3:-}
 BIN="$BUILD/bench/lockstep_bench"
 [ -x "$BIN" ] || { echo "bench/run.sh: $BIN is not built (./run build)" >&2; exit 1; }
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+NEIGHBOUR=
+cleanup() {
+  if [ -n "$NEIGHBOUR" ]; then kill "$NEIGHBOUR" 2>/dev/null || true; fi
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
 min_time=2
 [ "$QUICK" = "--quick" ] && min_time=0.5
+START=$SECONDS
+
+stage() {  # a progress line on stderr: the stage and the time since the start
+  echo "bench/run.sh: [$((SECONDS - START)) s] $*" >&2
+}
+
+# Google Benchmark's console lines, one per repetition as it finishes, without the aggregates;
+# its stderr without the machine description it prints at every start (errors still show).
+progress() {
+  grep --line-buffered -E '^BM_' | grep --line-buffered -vE '_(mean|median|stddev|cv) ' | sed -u 's/^/  /' >&2 || true
+}
+context() {
+  grep --line-buffered -vE '^(Run on|CPU Caches|  L[123] |Load Average|Running |\*\*\*WARNING|[0-9]{4}-[0-9]{2}-[0-9]{2}T)' >&2 || true
+}
 
 run_filter() {  # name, filter; three repetitions, the report keeps the fastest of each
-  "$BIN" --benchmark_filter="$2" --benchmark_min_time="$min_time" --benchmark_repetitions=3 --benchmark_format=json \
-    --benchmark_out="$OUT/$1.json" --benchmark_out_format=json >/dev/null
+  "$BIN" --benchmark_filter="$2" --benchmark_min_time="$min_time" --benchmark_repetitions=3 \
+    --benchmark_out="$OUT/$1.json" --benchmark_out_format=json --benchmark_color=false 2> >(context) | progress
+}
+
+run_busy() {  # name; the BM_TwoThreadsVsOne pairs (fixed iterations, medians of the pairs)
+  "$BIN" --benchmark_filter='BM_TwoThreadsVsOne' --benchmark_out="$OUT/$1.json" --benchmark_out_format=json \
+    --benchmark_color=false 2> >(context) | progress
 }
 
 case "$WHAT" in
-  forward|all) run_filter forward 'BM_FmaPeak|BM_Matmul|BM_Forward' ;;&
-  decode|all) run_filter decode 'BM_FmaPeak/1|BM_Decode' ;;&
+  forward|all)
+    stage "forward: FMA peak, matmul kernel, full-window forward of s256 and l768 (reference, 1 and 2 threads)"
+    run_filter forward 'BM_FmaPeak|BM_Matmul|BM_Forward'
+    ;;&
+  decode|all)
+    stage "decode: 200-token session loops of s256 and l768 on 1 and 2 threads"
+    run_filter decode 'BM_FmaPeak/1|BM_Decode'
+    ;;&
   train|all)
+    stage "train: training steps of s256 on 1 and 2 threads, attention kernels, optimizer pass"
     run_filter train 'BM_FmaPeak/1|BM_TrainStep|BM_Attention|BM_OptimizerPass'
     if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+      stage "train: the PyTorch baseline (bench/torch_train.py), same shape, 1 and 2 threads"
       /usr/bin/python3 bench/torch_train.py --out "$OUT/torch.json" || echo "bench/run.sh: the PyTorch baseline failed" >&2
+    else
+      stage "train: no PyTorch here (python3-torch); the table has lockstep's figures only"
     fi
     ;;&
-  serve|all) /usr/bin/python3 bench/serve_bench.py --build "$BUILD" ;;&
-  *) ;;
+  busy|all)
+    stage "busy: 2 threads against 1, pairs timed in one process, machine as it is"
+    run_busy quiet
+    # The neighbour: one busy loop pinned to CPU 0, bounded by timeout and killed on exit.
+    pin=()
+    if command -v taskset >/dev/null; then pin=(taskset -c 0); fi
+    timeout 1800 "${pin[@]}" sh -c 'while :; do :; done' &
+    NEIGHBOUR=$!
+    stage "busy: the same pairs beside a busy loop pinned to CPU 0 (pid $NEIGHBOUR)"
+    run_busy busy
+    kill "$NEIGHBOUR" 2>/dev/null || true
+    wait "$NEIGHBOUR" 2>/dev/null || true
+    NEIGHBOUR=
+    ;;&
+  serve|all)
+    stage "serve: socket round trips and batching (bench/serve_bench.py)"
+    /usr/bin/python3 bench/serve_bench.py --build "$BUILD"
+    ;;&
+  forward|decode|train|busy|serve|all) ;;
+  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve or all)" >&2; exit 2 ;;
 esac
+stage "done; the tables:"
 /usr/bin/python3 bench/report.py "$OUT"

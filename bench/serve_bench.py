@@ -187,6 +187,8 @@ def main():
                 times = in_process(bench, [name], cores, 3)
                 served = {}
                 for clients in CLIENTS:
+                    print(f"serve_bench: {name}, --cpu-cores {cores or 'default'}, {clients} client(s), "
+                          f"--batch {' and '.join(str(b) for b in BATCHES)}", file=sys.stderr, flush=True)
                     parts = {b: [] for b in BATCHES}
                     for _ in range(a.rounds):
                         for batch in BATCHES:

@@ -75,18 +75,21 @@ Run add_bench(CLI::App& app) {
     for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = (t * 7 + 3) % c.vocab_size;
     std::printf("bench %s: window %d, %s parameters\n", model->source().directory.c_str(), c.length,
                 with_commas(model->registry().total()).c_str());
+    std::fflush(stdout);
     auto forward = [&](CallOptions call) {
       return best_time(f->seconds, [&] { model->logits({ids.data(), 1, c.length}, {}, call); });
     };
     if (f->reference) {
       const double s = forward({Device::reference, std::nullopt});
       std::printf("  forward, reference      %10.1f tokens/s\n", c.length / s);
+      std::fflush(stdout);  // each figure as it is measured, also into a pipe
     }
     double base = 0;
     for (int t : threads) {
       const double rate = c.length / forward({Device::cpu, t});
       if (base == 0) base = rate;
       std::printf("  forward, cpu %3d thread%s %10.1f tokens/s  %.2fx\n", t, t == 1 ? " " : "s", rate, rate / base);
+      std::fflush(stdout);
     }
     const int32_t prompt_length = std::min<int32_t>(16, c.length - 1);
     const int32_t steps = std::min(f->decode_tokens, c.length - prompt_length);
@@ -104,6 +107,7 @@ Run add_bench(CLI::App& app) {
       if (base == 0) base = rate;
       std::printf("  decode, cpu %3d thread%s  %10.1f tokens/s  %.2fx  (%d-token session loop)\n", t, t == 1 ? " " : "s",
                   rate, rate / base, steps);
+      std::fflush(stdout);
     }
     return 0;
   };

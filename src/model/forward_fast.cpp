@@ -1,7 +1,9 @@
 // The fast forward pass: the reference's arithmetic with SIMD kernels on the thread pool. All
 // rows of a call go through each matmul together (the tokens they compute stacked as the rows of
-// one matrix); each phase splits its work among the workers along independent outputs (tokens,
-// (token, head) pairs, column panels), never inside a reduction, and a barrier separates phases.
+// one matrix); each phase cuts its work into items along independent outputs (tokens, (token,
+// head) pairs, column panels), never inside a reduction, handed to whichever thread asks next,
+// and a phase starts when the one before it is complete (ThreadPool::run_phases). A thread that
+// its neighbours deschedule takes fewer items, and holds no one up unless it holds an item.
 // A row may continue from keys and values it computed before (a session or a cached prefix):
 // position t's arithmetic reads positions <= t only, so its bits are the same either way. Every
 // output's bits are the reference's whatever the thread count, the batch, the cache or the SIMD
@@ -13,7 +15,7 @@
 
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
-#include "kernels/simd/matmul_split.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/simd/packed_weights.hpp"
 #include "model/kv_pool_impl.hpp"
 #include "model/model_impl.hpp"
@@ -22,7 +24,6 @@ namespace lockstep {
 namespace {
 
 using simd::Kernels;
-using simd::matmul_part;
 
 // Where one row's keys and values live: layer l's keys at keys + l * layer_stride (transposed,
 // row stride ld = capacity), its values at values + l * layer_stride ([capacity][kv_dim]).
@@ -103,22 +104,62 @@ std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWor
   return items;
 }
 
-// Items [begin, end) of worker w of n, balanced by cost.
-std::pair<int64_t, int64_t> item_share(const std::vector<AttentionItem>& items, int w, int n) {
-  int64_t total = 0;
-  for (const AttentionItem& it : items) total += it.cost;
-  const int64_t lo = total * w / n, hi = total * (w + 1) / n;
-  int64_t begin = -1, end = static_cast<int64_t>(items.size()), cost = 0;
-  for (int64_t u = 0; u < static_cast<int64_t>(items.size()); ++u) {
-    if (begin < 0 && cost >= lo) begin = u;
-    if (cost >= hi) {
-      end = u;
-      break;
+// Attention items grouped into runs of consecutive items, each of at least kAttentionWork
+// multiply-adds (keys x head_dim) where the call has that much: group g is items
+// [begin[g], begin[g + 1]).
+constexpr int64_t kAttentionWork = 64 << 10;
+std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, int64_t head_dim) {
+  std::vector<int64_t> begin{0};
+  int64_t work = 0;
+  for (size_t u = 0; u < items.size(); ++u) {
+    work += items[u].cost * head_dim;
+    if (work >= kAttentionWork && u + 1 < items.size()) {
+      begin.push_back(static_cast<int64_t>(u + 1));
+      work = 0;
     }
-    cost += items[static_cast<size_t>(u)].cost;
   }
-  if (begin < 0) begin = end;
-  return {begin, end};
+  begin.push_back(static_cast<int64_t>(items.size()));
+  return begin;
+}
+
+// One matmul phase's items: c [M, N] = a @ b cut into panel groups (and, when there are more
+// items than panels, groups of whole row blocks), at least kMatmulWork multiply-adds each (a
+// few microseconds: less would cost more in hand-overs than it shares) and at most
+// kItemsPerThread per thread, so that a worker slowed by its neighbours takes fewer while the
+// split stays along outputs.
+constexpr int64_t kMatmulWork = 64 << 10;
+constexpr int64_t kItemsPerThread = 8;
+struct MatmulItems {
+  int64_t panel_groups = 1, row_groups = 1, row_blocks = 1, row_block = 1;
+  int64_t count() const { return panel_groups * row_groups; }
+};
+
+MatmulItems matmul_items(int64_t M, const simd::PackedMatrix& b, int32_t row_block, int n) {
+  MatmulItems s;
+  s.row_block = std::max<int32_t>(1, row_block);
+  s.row_blocks = std::max<int64_t>(1, (M + s.row_block - 1) / s.row_block);
+  const int64_t work = M * b.K * b.N;
+  const int64_t items = n == 1 ? 1 : std::clamp<int64_t>(work / kMatmulWork, 1, kItemsPerThread * n);
+  s.panel_groups = std::clamp<int64_t>(items, 1, std::max<int64_t>(1, b.panels));
+  s.row_groups = std::clamp<int64_t>((items + s.panel_groups - 1) / s.panel_groups, 1, s.row_blocks);
+  return s;
+}
+
+// Item i of s: its panels over its rows, each output one whole chain (the kernel's).
+void matmul_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b, float* c,
+                 int64_t ldc, const MatmulItems& s, int64_t i) {
+  const auto [p0, p1] = static_range(b.panels, static_cast<int>(i % s.panel_groups), static_cast<int>(s.panel_groups));
+  const auto [b0, b1] = static_range(s.row_blocks, static_cast<int>(i / s.panel_groups), static_cast<int>(s.row_groups));
+  const int64_t r0 = b0 * s.row_block, r1 = std::min(M, b1 * s.row_block);
+  if (r0 < r1 && p0 < p1) k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
+}
+
+// Tokens per item of the per-token phases (norms, RoPE, SwiGLU, outputs): at most 4 items per
+// thread, and at least kTokenWork floats of width `width` per item where there are tokens enough
+// (one token of a decode step is one item, which runs on the calling thread).
+constexpr int64_t kTokenWork = 8 << 10;
+int64_t tokens_per_item(int64_t tokens, int64_t width, int n) {
+  return std::max<int64_t>({1, (tokens + 4 * n - 1) / (4 * n), std::min<int64_t>(tokens, kTokenWork / std::max<int64_t>(1, width))});
 }
 
 }  // namespace
@@ -245,7 +286,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
     outputs += r.out_end - r.out_begin;
     want_logits = want_logits || r.logits != nullptr;
   }
-  // Threads beyond what the work can use cost a barrier wait per phase each; the split never
+  // Threads beyond what the work can use cost a wake-up and a look at every phase; the split never
   // changes a bit, so a small call runs on fewer threads than its default allows: one per
   // ~2 MFLOP of matmul work. A call that names its thread count gets exactly that.
   const int64_t per_token_flops =
@@ -292,50 +333,82 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
 
   const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch);
   const std::vector<AttentionItem> items = attention_items(plan, rows, c.n_heads);
+  const std::vector<int64_t> groups = attention_groups(items, hd);
   const int64_t R = plan.tokens;
   const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
   ThreadPool& pool = m.thread_pool();
-  Barrier barrier(n_threads);
 
-  pool.run(n_threads, [&](int w, int n) {
-    const auto [t0, t1] = static_range(R, w, n);
-    // x[t] = embed[ids[t]]
-    for (int64_t t = t0; t < t1; ++t) {
-      const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
-      const int32_t id = row.ids[static_cast<size_t>(plan.token_pos[static_cast<size_t>(t)])];
-      std::copy_n(p + m.registry.embed() + static_cast<int64_t>(id) * d, d, x + t * d);
+  // Phases, in order; each phase's items are independent outputs handed to whichever thread asks
+  // next (ThreadPool::run_phases), and a phase starts once the one before it is complete. Nine
+  // per layer, then the outputs, the head and the copy of the logits.
+  enum Step { kNorm, kQkv, kRope, kAttention, kWo, kMlpNorm, kGateUp, kSwiglu, kDown, kSteps };
+  const int64_t layer_phases = static_cast<int64_t>(c.n_layers) * kSteps;
+  const int64_t n_phases = layer_phases + 3;
+  const int64_t tc = tokens_per_item(R, d, n_threads), tc_out = tokens_per_item(R_out, d, n_threads);
+  const int64_t token_items = (R + tc - 1) / tc, out_items = (R_out + tc_out - 1) / tc_out;
+  const int32_t rb = k.row_block;
+  MatmulItems qkv_items, wo_items, gate_up_items, down_items;  // every layer's are alike
+  if (!pw.layers.empty()) {
+    const simd::PackedWeights::Layer& pl0 = pw.layers[0];
+    qkv_items = matmul_items(R, pl0.qkv, rb, n_threads);
+    wo_items = matmul_items(R, pl0.wo, rb, n_threads);
+    gate_up_items = matmul_items(R, pl0.gate_up, rb, n_threads);
+    down_items = matmul_items(R, pl0.w_down, rb, n_threads);
+  }
+  const MatmulItems head_items = matmul_items(R_out, pw.head, rb, n_threads);
+  auto phase_items = [&](int64_t phase) -> int64_t {
+    if (phase >= layer_phases) {
+      if (phase == layer_phases) return out_items;
+      return want_logits ? (phase == layer_phases + 1 ? head_items.count() : out_items) : 0;
     }
-    for (int32_t l = 0; l < c.n_layers; ++l) {
-      const ParameterRegistry::Layer& lw = m.registry.layer(l);
-      const simd::PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
-      // x = x + (the previous layer's MLP output); xn = rmsnorm(x)
-      if (l > 0) k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
-      k.rmsnorm_rows(x + t0 * d, p + lw.attn_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
-      if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
-      barrier.wait();
-      // [q | k | v] = xn @ [wq | wk | wv]
-      matmul_part(k, xn, d, R, pl.qkv, qkv, qkv_ld, w, n);
-      barrier.wait();
-      // RoPE on q and k at each token's position; keys (transposed) and values into the row's store.
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
-        const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
-        float* row = qkv + t * qkv_ld;
-        const float* cos_row = m.rope_cos.data() + pos * half;
-        const float* sin_row = m.rope_sin.data() + pos * half;
-        k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-        k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-        float* keys = kv.keys + l * kv.layer_stride;
-        for (int64_t e = 0; e < kv_dim; ++e) keys[e * kv.ld + pos] = row[q_dim + e];
-        std::memcpy(kv.values + l * kv.layer_stride + pos * kv_dim, row + q_dim + kv_dim,
-                    static_cast<size_t>(kv_dim) * sizeof(float));
-      }
-      barrier.wait();
-      // Attention: each query over its row's positions [0, pos].
-      {
-        const auto [u0, u1] = item_share(items, w, n);
-        float* scratch = scores + static_cast<int64_t>(w) * kQueriesPerItem * plan.longest;
-        for (int64_t u = u0; u < u1; ++u) {
+    switch (phase % kSteps) {
+      case kQkv: return qkv_items.count();
+      case kAttention: return static_cast<int64_t>(groups.size()) - 1;
+      case kWo: return wo_items.count();
+      case kGateUp: return gate_up_items.count();
+      case kDown: return down_items.count();
+      default: return token_items;
+    }
+  };
+
+  auto layer_step = [&](int32_t l, int step, int64_t item, int slot) {
+    const ParameterRegistry::Layer& lw = m.registry.layer(l);
+    const simd::PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
+    const int64_t t0 = item * tc, t1 = std::min(R, t0 + tc);
+    switch (step) {
+      case kNorm:  // x = embed[ids] (layer 0) or x + the previous layer's MLP output; xn = rmsnorm(x)
+        if (l == 0) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+            const int32_t id = row.ids[static_cast<size_t>(plan.token_pos[static_cast<size_t>(t)])];
+            std::copy_n(p + m.registry.embed() + static_cast<int64_t>(id) * d, d, x + t * d);
+          }
+        } else {
+          k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
+        }
+        k.rmsnorm_rows(x + t0 * d, p + lw.attn_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
+        if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
+        return;
+      case kQkv:  // [q | k | v] = xn @ [wq | wk | wv]
+        return matmul_item(k, xn, d, R, pl.qkv, qkv, qkv_ld, qkv_items, item);
+      case kRope:  // RoPE on q and k at each token's position; keys (transposed) and values stored
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
+          const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+          float* row = qkv + t * qkv_ld;
+          const float* cos_row = m.rope_cos.data() + pos * half;
+          const float* sin_row = m.rope_sin.data() + pos * half;
+          k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
+          k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
+          float* keys = kv.keys + l * kv.layer_stride;
+          for (int64_t e = 0; e < kv_dim; ++e) keys[e * kv.ld + pos] = row[q_dim + e];
+          std::memcpy(kv.values + l * kv.layer_stride + pos * kv_dim, row + q_dim + kv_dim,
+                      static_cast<size_t>(kv_dim) * sizeof(float));
+        }
+        return;
+      case kAttention: {  // each query over its row's positions [0, pos]
+        float* scratch = scores + static_cast<int64_t>(slot) * kQueriesPerItem * plan.longest;
+        for (int64_t u = groups[static_cast<size_t>(item)]; u < groups[static_cast<size_t>(item) + 1]; ++u) {
           const AttentionItem& it = items[static_cast<size_t>(u)];
           const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(it.token)])];
           const int64_t g = it.head / group;
@@ -349,48 +422,54 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           if (bf16)
             for (int32_t i = 0; i < it.count; ++i) k.round_bf16(out + i * q_dim, out + i * q_dim, hd);
         }
+        return;
       }
-      barrier.wait();
-      // o = att @ wo
-      matmul_part(k, att, q_dim, R, pl.wo, o, d, w, n);
-      barrier.wait();
-      // x = x + o; xn = rmsnorm(x)
-      k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
-      k.rmsnorm_rows(x + t0 * d, p + lw.mlp_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
-      if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
-      barrier.wait();
-      // [gate | up] = xn @ [w_gate | w_up]; h = silu(gate) * up
-      matmul_part(k, xn, d, R, pl.gate_up, gu, 2 * ff, w, n);
-      barrier.wait();
-      for (int64_t t = t0; t < t1; ++t) {
-        k.swiglu(gu + t * 2 * ff, gu + t * 2 * ff + ff, h + t * ff, ff);
-        if (bf16) k.round_bf16(h + t * ff, h + t * ff, ff);
+      case kWo:  // o = att @ wo
+        return matmul_item(k, att, q_dim, R, pl.wo, o, d, wo_items, item);
+      case kMlpNorm:  // x = x + o; xn = rmsnorm(x)
+        k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
+        k.rmsnorm_rows(x + t0 * d, p + lw.mlp_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
+        if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
+        return;
+      case kGateUp:  // [gate | up] = xn @ [w_gate | w_up]
+        return matmul_item(k, xn, d, R, pl.gate_up, gu, 2 * ff, gate_up_items, item);
+      case kSwiglu:  // h = silu(gate) * up
+        for (int64_t t = t0; t < t1; ++t) {
+          k.swiglu(gu + t * 2 * ff, gu + t * 2 * ff + ff, h + t * ff, ff);
+          if (bf16) k.round_bf16(h + t * ff, h + t * ff, ff);
+        }
+        return;
+      default:  // kDown: o = h @ w_down (added to x by the next layer, or by the outputs)
+        return matmul_item(k, h, ff, R, pl.w_down, o, d, down_items, item);
+    }
+  };
+
+  pool.run_phases(n_threads, n_phases, phase_items, [&](int64_t phase, int64_t item, int slot) {
+    if (phase < layer_phases) {
+      layer_step(static_cast<int32_t>(phase / kSteps), static_cast<int>(phase % kSteps), item, slot);
+      return;
+    }
+    const int64_t i0 = item * tc_out, i1 = std::min(R_out, i0 + tc_out);
+    if (phase == layer_phases) {
+      // Outputs: x = x + o; hidden = rmsnorm(x, final_norm) at the asked positions.
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = plan.out_token[static_cast<size_t>(i)];
+        k.add(x + t * d, o + t * d, d);
+        k.rmsnorm(x + t * d, p + m.registry.final_norm(), out_x + i * d, d, c.norm_eps);
+        const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+        const int64_t slot_out = plan.out_slot[static_cast<size_t>(i)];
+        if (row.hidden) std::copy_n(out_x + i * d, d, row.hidden + slot_out * d);
+        if (bf16) k.round_bf16(out_x + i * d, out_x + i * d, d);
       }
-      barrier.wait();
-      // o = h @ w_down (added to x by the next layer, or below)
-      matmul_part(k, h, ff, R, pl.w_down, o, d, w, n);
-      barrier.wait();
-    }
-    // Outputs: x = x + o; hidden = rmsnorm(x, final_norm) at the asked positions.
-    const auto [r0, r1] = static_range(R_out, w, n);
-    for (int64_t i = r0; i < r1; ++i) {
-      const int64_t t = plan.out_token[static_cast<size_t>(i)];
-      k.add(x + t * d, o + t * d, d);
-      k.rmsnorm(x + t * d, p + m.registry.final_norm(), out_x + i * d, d, c.norm_eps);
-      const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
-      const int64_t slot = plan.out_slot[static_cast<size_t>(i)];
-      if (row.hidden) std::copy_n(out_x + i * d, d, row.hidden + slot * d);
-      if (bf16) k.round_bf16(out_x + i * d, out_x + i * d, d);
-    }
-    if (!want_logits) return;
-    barrier.wait();
-    matmul_part(k, out_x, d, R_out, pw.head, out_logits, vocab, w, n);
-    barrier.wait();
-    for (int64_t i = r0; i < r1; ++i) {
-      const int64_t t = plan.out_token[static_cast<size_t>(i)];
-      const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
-      if (row.logits)
-        std::copy_n(out_logits + i * vocab, vocab, row.logits + plan.out_slot[static_cast<size_t>(i)] * vocab);
+    } else if (phase == layer_phases + 1) {
+      matmul_item(k, out_x, d, R_out, pw.head, out_logits, vocab, head_items, item);
+    } else {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = plan.out_token[static_cast<size_t>(i)];
+        const RowWork& row = rows[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
+        if (row.logits)
+          std::copy_n(out_logits + i * vocab, vocab, row.logits + plan.out_slot[static_cast<size_t>(i)] * vocab);
+      }
     }
   });
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "lockstep/model.hpp"
+#include "lockstep/session.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -78,6 +79,71 @@ TEST(FastPath, LogitsHiddenAndLossEqualTheReference) {
         for (int threads : {1, 2, 3, 7})
           EXPECT_EQ(fast->loss_bits({loss_ids.data(), c.batch, c.length + 1}, {Device::cpu, threads}), want_loss)
               << shape.name << " " << target << " threads=" << threads;
+      }
+    }
+  }
+}
+
+TEST(FastPath, DecodeStepsSplitOrNotEqualTheReference) {
+  // A model wide enough that a one-token step shares some phases among the threads (q/k/v,
+  // gate/up, down: two to four items each) and runs the rest on the caller alone (norms, RoPE,
+  // attention, wo, the head): sessions on 1, 2, 3 and 7 threads, appends of 1 to 3 tokens, and
+  // a batched step of ragged sessions, each logit's bits the reference session's.
+  ModelConfig c;
+  c.vocab_size = 300;
+  c.length = 20;
+  c.d_model = 256;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_ff = 512;
+  c.batch = 2;
+  const auto params = init_parameters(c, 23);
+  const auto ids = test::random_ids(c.length, c.vocab_size, 41);
+  for (const Precision precision : {Precision::f32, Precision::bf16}) {
+    ModelOptions ref_options;
+    ref_options.precision = precision;
+    const auto reference = Model::from_parameters(c, params, ref_options);
+    Session want(reference, {Device::reference, std::nullopt});
+    std::vector<std::vector<float>> want_steps;
+    const int chunks[] = {1, 1, 2, 1, 3, 1, 1, 2, 1, 1, 1, 2, 1, 1};
+    for (size_t at = 0, i = 0; i < std::size(chunks) && at + static_cast<size_t>(chunks[i]) <= ids.size(); at += static_cast<size_t>(chunks[i]), ++i)
+      want_steps.push_back(want.append(std::span<const int32_t>(ids).subspan(at, static_cast<size_t>(chunks[i]))));
+    std::vector<std::vector<float>> want_batch;  // session s's logits at its last new position
+    for (int s = 0; s < 4; ++s) {
+      const int64_t last = 1 + 4 * s + (1 + s % 2) - 1;
+      const auto all = reference->logits({ids.data(), 1, last + 1}, {}, {Device::reference, std::nullopt});
+      want_batch.emplace_back(all.end() - c.vocab_size, all.end());
+    }
+    for (const std::string& target : simd_targets()) {
+      ModelOptions options;
+      options.precision = precision;
+      options.simd_target = target;
+      const auto fast = Model::from_parameters(c, params, options);
+      for (int threads : {1, 2, 3, 7}) {
+        Session got(fast, {Device::cpu, threads});
+        for (size_t at = 0, i = 0; i < want_steps.size(); at += static_cast<size_t>(chunks[i]), ++i)
+          ASSERT_TRUE(test::same_bits(got.append(std::span<const int32_t>(ids).subspan(at, static_cast<size_t>(chunks[i]))),
+                                      want_steps[i]))
+              << precision_name(precision) << " " << target << " threads " << threads << " step " << i;
+      }
+      // Ragged sessions stepped together: one token each, or two.
+      for (int threads : {2, 7}) {
+        std::vector<Session> sessions;
+        std::vector<std::vector<float>> out(4, std::vector<float>(static_cast<size_t>(c.vocab_size)));
+        std::vector<SessionStep> steps;
+        for (int s = 0; s < 4; ++s) {
+          sessions.emplace_back(fast, CallOptions{Device::cpu, threads});
+          sessions.back().append(std::span<const int32_t>(ids).subspan(0, static_cast<size_t>(1 + 4 * s)));
+        }
+        for (int s = 0; s < 4; ++s)
+          steps.push_back({&sessions[static_cast<size_t>(s)],
+                           std::span<const int32_t>(ids).subspan(static_cast<size_t>(1 + 4 * s), static_cast<size_t>(1 + s % 2)),
+                           out[static_cast<size_t>(s)].data(), nullptr});
+        append_batch(steps, {Device::cpu, threads});
+        for (int s = 0; s < 4; ++s)
+          EXPECT_TRUE(test::same_bits(out[static_cast<size_t>(s)], want_batch[static_cast<size_t>(s)]))
+              << precision_name(precision) << " " << target << " threads " << threads << " session " << s;
       }
     }
   }
