@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(&lockstep::cli::add_generate);
   add(&lockstep::cli::add_bench);
   add(&lockstep::cli::add_export);
+  add(&lockstep::cli::add_export_gguf);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
