@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   add(&lockstep::cli::add_bench);
   add(&lockstep::cli::add_export);
   add(&lockstep::cli::add_export_gguf);
+  add(&lockstep::cli::add_import);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,14 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "format/half.hpp"
+
 namespace lockstep::format {
 
 // ggml's tensor types that lockstep writes, with ggml's numbers.
 enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8 };
-
-// f32 -> IEEE binary16 bits, rounded to nearest, ties to even (what numpy's float16 and the F16C
-// instruction do). A finite value past f16's range rounds to infinity; the caller checks.
-uint16_t f16_bits_from_f32(float value);
 
 // ggml's Q8_0 block: 32 values share one f16 scale `d`; 34 bytes (d, then 32 int8).
 inline constexpr int kQ8Block = 32;
