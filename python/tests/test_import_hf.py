@@ -274,3 +274,28 @@ def test_missing_and_misshapen_tensors(tmp_path):
     make_hf(hf2, extra_config={"intermediate_size": 40})
     done = run("import", "hf", hf2, "-o", str(tmp_path / "y"))
     assert done.returncode != 0 and b"has shape [48, 32], expected [40, 32]" in done.stderr
+
+
+def test_generate_takes_and_prints_ids(tmp_path):
+    """A model without a tokenizer (vocabulary 40) generates from --prompt-ids and prints ids:
+    greedy, each the argmax of lockstep's own logits for the context so far; text is refused."""
+    hf = str(tmp_path / "hf")
+    config, _ = make_hf(hf, seed=5, kv_heads=2)
+    out = str(tmp_path / "m")
+    assert run("import", "hf", hf, "-o", out).returncode == 0
+    done = run("generate", out, "--prompt-ids", "3, 14,15", "-n", "6", "--temperature", "0")
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"no tokenizer" in done.stderr and b"printing token ids" in done.stderr
+    ids = [int(t) for t in done.stdout.decode().strip().split(",")]
+    assert ids[:3] == [3, 14, 15] and len(ids) == 9
+    for t in range(3, 9):  # positions past t do not change position t - 1's logits (causal)
+        padded = np.zeros(16, dtype=np.int64)
+        padded[:t] = ids[:t]
+        logits = lockstep_logits(out, padded, config["vocab_size"])
+        assert ids[t] == int(np.argmax(logits[t - 1])), t
+    for bad, needle in [(["--prompt", "hi"], b"give the prompt as --prompt-ids"),
+                        (["--prompt-ids", "1,40"], b"prompt token 1 is 40"),
+                        (["--prompt-ids", "1,,2"], b"entry 1"),
+                        (["--prompt-ids", "1", "--stop", "x"], b"--stop compares text")]:
+        done = run("generate", out, *bad)
+        assert done.returncode != 0 and needle in done.stderr and done.stdout == b"", bad
