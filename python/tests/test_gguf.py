@@ -265,3 +265,14 @@ def test_refusals_leave_nothing(tmp_path):
 
     done = export(str(tmp_path / "missing"), str(out / "x.gguf"))
     assert done.returncode != 0 and "missing" in done.stderr
+
+
+def test_python_binding_writes_the_same_file(extension, model, tmp_path):
+    cli = str(tmp_path / "cli.gguf")
+    assert export(model, cli, "--type", "q8_0").returncode == 0
+    py = str(tmp_path / "py.gguf")
+    info = extension.export_gguf(model, py, type="q8_0", name="m")
+    assert info["tensors"] == 21 and info["type"] == "q8_0" and info["bytes"] == os.path.getsize(py)
+    assert open(py, "rb").read() == open(cli, "rb").read()
+    with pytest.raises(ValueError, match="--type must be"):
+        extension.export_gguf(model, py, type="q4_0")

@@ -299,3 +299,16 @@ def test_generate_takes_and_prints_ids(tmp_path):
                         (["--prompt-ids", "1", "--stop", "x"], b"--stop compares text")]:
         done = run("generate", out, *bad)
         assert done.returncode != 0 and needle in done.stderr and done.stdout == b"", bad
+
+
+def test_python_binding(extension, tmp_path):
+    hf = str(tmp_path / "hf")
+    make_hf(hf, dtype="BF16", tied=True)
+    info = extension.import_hf(hf, str(tmp_path / "py"), length=8)
+    assert info["dtypes"] == ["BF16"] and info["tied"] and info["length"] == 8
+    assert run("import", "hf", hf, "-o", str(tmp_path / "cli"), "--length", "8").returncode == 0
+    for name in ("model.json", "params.safetensors"):
+        assert open(tmp_path / "py" / name, "rb").read() == open(tmp_path / "cli" / name, "rb").read()
+    with pytest.raises(RuntimeError, match="rope_scaling"):
+        make_hf(str(tmp_path / "hf2"), extra_config={"rope_scaling": {"factor": 2.0}})
+        extension.import_hf(str(tmp_path / "hf2"), str(tmp_path / "x"))
