@@ -25,8 +25,9 @@ struct GgufResult {
 
 // Writes `model` (a model directory, checkpoint step or location) as a GGUF version 3 file of
 // llama.cpp's `llama` architecture at `file` (written under a temporary name and renamed into
-// place). The model's vocabulary must be bytes (vocab_size <= 256): the file carries a `gpt2`
-// BPE vocabulary of those bytes with no merges. Throws Error naming what it refuses.
+// place). A model with a SentencePiece tokenizer carries it as llama.cpp's `llama` vocabulary; a
+// byte-level model (vocab_size 256, no tokenizer) a `gpt2` BPE vocabulary of the bytes with no
+// merges; any other is refused. Throws Error naming what it refuses.
 GgufResult export_gguf(const std::string& model, const std::string& file, const GgufOptions& options = {});
 
 struct ImportHfOptions {
@@ -40,7 +41,7 @@ struct ImportHfResult {
   std::vector<std::string> files;  // the safetensors files read
   bool tied = false;               // tie_word_embeddings: the head is the embedding's transpose
   std::vector<std::string> dtypes; // the dtypes met, e.g. {"BF16"}
-  bool tokenizer_model = false;    // the directory has a tokenizer.model (not imported yet)
+  bool tokenizer_model = false;    // its tokenizer.model was imported (named in model.json)
 };
 
 // Reads a Hugging Face LlamaForCausalLM directory (config.json and model.safetensors or

@@ -260,9 +260,12 @@ def test_length_and_tokenizer_files(tmp_path):
     assert done.returncode != 0 and b"tokenizer.json" in done.stderr
     assert run("import", "hf", hf, "-o", str(tmp_path / "b"), "--length", "12", "--ids-only").returncode == 0
 
-    open(os.path.join(hf, "tokenizer.model"), "wb").write(b"\0")
+    open(os.path.join(hf, "tokenizer.model"), "wb").write(b"\0")  # not a SentencePiece model
     done = run("import", "hf", hf, "-o", str(tmp_path / "c"), "--length", "12")
-    assert done.returncode == 0 and b"tokenizer.model is not imported" in done.stdout
+    assert done.returncode != 0 and b"tokenizer.model: not a SentencePiece model" in done.stderr
+    assert not os.path.exists(tmp_path / "c")
+    done = run("import", "hf", hf, "-o", str(tmp_path / "c"), "--length", "12", "--ids-only")
+    assert done.returncode == 0 and b"no tokenizer" in done.stdout
 
 
 def test_missing_and_misshapen_tensors(tmp_path):

@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "lockstep/generator.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep::cli {
 namespace {
@@ -79,20 +80,24 @@ Run add_generate(CLI::App& app) {
       "afresh, so every token's logits are those of one full pass over its context. A prompt longer\n"
       "than the window keeps its last W bytes (a notice says so on stderr), or is refused with\n"
       "--no-truncate. docs/ARITHMETIC.md, \"Generation past the window\".\n"
-      "A model whose vocabulary is not the 256 bytes has no tokenizer: it takes --prompt-ids and prints\n"
-      "token ids (the prompt's, then each generated one), comma-separated.");
+      "A model with a tokenizer (model.json's `tokenizer`, a SentencePiece model) takes and prints text\n"
+      "through it (BOS, then the prompt's pieces). A model whose vocabulary is not the 256 bytes and has\n"
+      "no tokenizer takes --prompt-ids and prints token ids (the prompt's, then each generated one),\n"
+      "comma-separated.");
   return [f, text, ids] {
     if (text->count() == 0 && ids->count() == 0)
       throw Error(ErrorKind::invalid_argument, "give the prompt as --prompt TEXT or --prompt-ids ID,ID,...");
     const auto model = Model::load(f->model.path, f->model.load_options());
     const int32_t vocab = model->config().vocab_size;
-    const bool bytes = vocab == 256;  // ids are bytes: text in and out
-    if (!bytes && ids->count() == 0)
+    const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(f->model.path);
+    const bool bytes = !tokenizer && vocab == 256;  // ids are bytes: text in and out
+    if (!bytes && !tokenizer && ids->count() == 0)
       throw Error(ErrorKind::unsupported, "this model's vocabulary has " + std::to_string(vocab) +
                                               " ids and no tokenizer, so it takes no text: give the prompt as --prompt-ids");
     if (!bytes && !f->stop.empty())
-      throw Error(ErrorKind::unsupported, "--stop compares text; this model has no tokenizer (vocabulary of " +
-                                              std::to_string(vocab) + " ids)");
+      throw Error(ErrorKind::unsupported, tokenizer ? "--stop is not supported with a tokenizer yet"
+                                                    : "--stop compares text; this model has no tokenizer (vocabulary of " +
+                                                          std::to_string(vocab) + " ids)");
     GenerateOptions g;
     g.sampling = {f32_from_text(f->temperature, "--temperature"), f->top_k, f32_from_text(f->top_p, "--top-p"), f->seed};
     g.max_tokens = f->tokens;
@@ -101,6 +106,9 @@ Run add_generate(CLI::App& app) {
     std::vector<int32_t> prompt;
     if (ids->count() > 0) {
       prompt = ids_from_text(f->prompt_ids);
+    } else if (tokenizer) {  // BOS, then the text's pieces, as Llama's SentencePiece models expect
+      if (tokenizer->bos() >= 0) prompt.push_back(tokenizer->bos());
+      for (int32_t id : tokenizer->encode(f->prompt)) prompt.push_back(id);
     } else {
       for (unsigned char ch : f->prompt) prompt.push_back(ch);
     }
@@ -112,6 +120,25 @@ Run add_generate(CLI::App& app) {
                    "%d (--no-truncate refuses it instead)\n",
                    prompt.size(), bytes ? "bytes" : "tokens", model->config().length, bytes ? "byte" : "token",
                    model->config().length);
+    if (tokenizer) {
+      // Text through the tokenizer: the decoded prompt, then, as each token comes, whatever the
+      // decoding of everything so far adds (a piece may complete a character only later).
+      std::vector<int32_t> all = prompt;
+      std::string printed = tokenizer->decode(all);
+      std::fputs(printed.c_str(), stdout);
+      std::fflush(stdout);
+      while (const std::optional<int32_t> token = generator.next()) {
+        all.push_back(*token);
+        const std::string text = tokenizer->decode(all);
+        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+          std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+          std::fflush(stdout);
+          printed = text;
+        }
+      }
+      std::fputc('\n', stdout);
+      return 0;
+    }
     if (!bytes)
       std::fprintf(stderr, "generate: the model has no tokenizer (a vocabulary of %d ids); printing token ids\n", vocab);
     for (size_t i = 0; i < prompt.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep {
 namespace {
@@ -87,11 +88,15 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   const ResolvedPath resolved = resolve_model_path(model_path);
   const auto model = Model::load(resolved.model_dir);
   const ModelConfig& c = model->config();
-  if (c.vocab_size > 256)
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(resolved.model_dir);
+  if (tokenizer && tokenizer->size() != c.vocab_size)
+    throw Error(ErrorKind::format, resolved.model_dir + ": the tokenizer has " + std::to_string(tokenizer->size()) +
+                                       " pieces but the vocabulary " + std::to_string(c.vocab_size) + " ids");
+  if (!tokenizer && c.vocab_size != 256)
     throw Error(ErrorKind::unsupported,
                 resolved.model_dir + ": the vocabulary has " + std::to_string(c.vocab_size) +
-                    " ids and the model has no tokenizer; GGUF export needs token strings, which lockstep has "
-                    "only for byte-level models (vocab_size <= 256)");
+                    " ids and the model has no tokenizer; GGUF export needs token strings: a tokenizer, or the "
+                    "256 bytes of a byte-level model");
   const ParameterRegistry& reg = model->registry();
   const std::span<const float> params = model->parameters();
 
@@ -117,18 +122,40 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   w.add_f32("llama.rope.freq_base", c.rope_theta);
   w.add_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
 
-  // The byte vocabulary: id b is byte b, as GPT-2's byte-to-unicode string; no merges, so
-  // llama.cpp's BPE tokenizes text into its bytes. Type 1 is llama.cpp's NORMAL token.
-  std::vector<std::string> tokens = gpt2_byte_strings();
-  tokens.resize(static_cast<size_t>(c.vocab_size));
-  const std::vector<int32_t> token_types(tokens.size(), 1);
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "default");
-  w.add_string_array("tokenizer.ggml.tokens", tokens);
-  w.add_i32_array("tokenizer.ggml.token_type", token_types);
-  w.add_string_array("tokenizer.ggml.merges", std::vector<std::string>{});
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
-  w.add_bool("tokenizer.ggml.add_eos_token", false);
+  if (tokenizer) {
+    // The SentencePiece vocabulary as llama.cpp's `llama` tokenizer: each piece (spaces as U+2581),
+    // its score and type, the special ids; BOS is added as Llama's SentencePiece models expect.
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    for (int32_t id = 0; id < tokenizer->size(); ++id) {
+      Tokenizer::Piece p = tokenizer->piece(id);
+      tokens.push_back(std::move(p.text));
+      scores.push_back(p.score);
+      types.push_back(p.type);
+    }
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_f32_array("tokenizer.ggml.scores", scores);
+    w.add_i32_array("tokenizer.ggml.token_type", types);
+    if (tokenizer->bos() >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokenizer->bos()));
+    if (tokenizer->eos() >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokenizer->eos()));
+    if (tokenizer->unk() >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tokenizer->unk()));
+    w.add_bool("tokenizer.ggml.add_bos_token", tokenizer->bos() >= 0);
+    w.add_bool("tokenizer.ggml.add_eos_token", false);
+  } else {
+    // The byte vocabulary: id b is byte b, as GPT-2's byte-to-unicode string; no merges, so
+    // llama.cpp's BPE tokenizes text into its bytes. Type 1 is llama.cpp's NORMAL token.
+    const std::vector<std::string> tokens = gpt2_byte_strings();
+    const std::vector<int32_t> token_types(tokens.size(), 1);
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", "default");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_i32_array("tokenizer.ggml.token_type", token_types);
+    w.add_string_array("tokenizer.ggml.merges", std::vector<std::string>{});
+    w.add_bool("tokenizer.ggml.add_bos_token", false);
+    w.add_bool("tokenizer.ggml.add_eos_token", false);
+  }
 
   // A vector: one row, always F32 (as llama.cpp's converter keeps norms).
   auto vector = [&](const std::string& gguf_name, int64_t offset, int64_t n) {

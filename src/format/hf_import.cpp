@@ -18,6 +18,10 @@
 #include <set>
 #include <sys/stat.h>
 
+#include <cstdio>
+#include <unistd.h>
+
+#include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
 #include "format/half.hpp"
 #include "format/mapped_file.hpp"
@@ -25,6 +29,7 @@
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep {
 namespace {
@@ -286,13 +291,39 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   }
 
   ModelMetadata meta;
-  write_model_directory(out, c, params, meta);
+  const std::string spm = dir + "/tokenizer.model";
+  const bool with_tokenizer = is_file(spm) && !options.ids_only;
+  if (!with_tokenizer) {
+    write_model_directory(out, c, params, meta);
+  } else {
+    // The model directory plus the SentencePiece model, named in model.json, appearing whole:
+    // written as a model directory inside the temporary one, moved up, then completed.
+    const std::string bytes = format::read_text_file(spm, size_t{256} << 20);
+    const auto tokenizer = Tokenizer::sentencepiece(spm);
+    if (tokenizer->size() != c.vocab_size)
+      refuse(spm, "holds " + std::to_string(tokenizer->size()) + " pieces but config.json's vocab_size is " +
+                      std::to_string(c.vocab_size));
+    format::AtomicDirectory target(out);
+    if (format::path_exists(out)) throw Error(ErrorKind::io, out + ": already exists");
+    const std::string inner = target.file("model");
+    write_model_directory(inner, c, params, meta);
+    for (const char* name : {"params.safetensors", "model.json"})
+      if (::rename((inner + "/" + name).c_str(), target.file(name).c_str()) != 0)
+        throw Error(ErrorKind::io, target.file(name) + ": cannot move the model's files into place");
+    ::rmdir(inner.c_str());
+    format::write_file_synced(target.file("tokenizer.model"), bytes);
+    auto meta_json = nlohmann::ordered_json::parse(format::read_text_file(target.file("model.json"), size_t{16} << 20));
+    meta_json["tokenizer"] = {{"type", "sentencepiece"}, {"file", "tokenizer.model"}, {"sha256", sha256_hex(bytes.data(), bytes.size())}};
+    ::unlink(target.file("model.json").c_str());
+    format::write_file_synced(target.file("model.json"), meta_json.dump(2) + "\n");
+    target.commit();
+  }
   ImportHfResult r;
   r.config = c;
   r.files = ckpt.files();
   r.tied = tied;
   r.dtypes.assign(dtypes.begin(), dtypes.end());
-  r.tokenizer_model = is_file(dir + "/tokenizer.model");
+  r.tokenizer_model = with_tokenizer;
   return r;
 }
 
