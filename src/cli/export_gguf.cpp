@@ -25,7 +25,7 @@ Run add_export_gguf(CLI::App& app) {
     options.name = f->name;
     const GgufResult r = export_gguf(f->model, f->out, options);
     std::printf("export-gguf: %s\n", r.model_dir.c_str());
-    std::printf("wrote %s: %lld tensors, %s (%s), llama architecture, vocabulary %d bytes\n", f->out.c_str(),
+    std::printf("wrote %s: %lld tensors, %s (%s), llama architecture, a vocabulary of %d tokens\n", f->out.c_str(),
                 static_cast<long long>(r.tensors), human_bytes(static_cast<double>(r.bytes)).c_str(), r.type.c_str(),
                 r.config.vocab_size);
     return 0;
