@@ -40,6 +40,8 @@ try:
         PROFILE,
         Session,
         default_thread_count,
+        export_gguf,
+        import_hf,
     )
 except ImportError as _error:  # not built, or built for another Python
     #: Why the compiled classes are missing (None when they are present).
@@ -53,6 +55,8 @@ else:
         "PROFILE",
         "Session",
         "default_thread_count",
+        "export_gguf",
+        "import_hf",
     ]
 
 __version__ = "0.1.0"

@@ -22,6 +22,7 @@ void bind_trainer(py::module_& m);
 void bind_session(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_lowbit(py::module_& m);
+void bind_interop(py::module_& m);
 
 namespace {
 
@@ -202,4 +203,5 @@ PYBIND11_MODULE(_lockstep, m) {
   bind_trainer(m);
   bind_session(m);
   bind_sampling(m);
+  bind_interop(m);
 }

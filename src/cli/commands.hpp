@@ -25,6 +25,8 @@ Run add_eval(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_export(CLI::App& app);
+Run add_export_gguf(CLI::App& app);
+Run add_import(CLI::App& app);  // `import hf`
 
 // The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
 struct DeviceFlags {

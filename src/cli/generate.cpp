@@ -1,11 +1,13 @@
 // lockstep generate: text from a prompt, streamed as it comes, through the library's Generator
 // (each new token costs one row of the model, not a whole window; past the window the context
 // restarts as include/lockstep/generator.hpp defines).
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
 #include "cli/commands.hpp"
 #include "lockstep/generator.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep::cli {
 namespace {
@@ -24,12 +26,34 @@ float f32_from_text(const std::string& text, const char* flag) {
   return value;
 }
 
+// "5,17,3" -> {5, 17, 3}: decimal ids, comma-separated (the range is the Generator's check).
+std::vector<int32_t> ids_from_text(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const char* begin = text.data() + at;
+    const char* end = text.data() + comma;
+    while (begin < end && *begin == ' ') ++begin;
+    while (end > begin && end[-1] == ' ') --end;
+    int32_t id = 0;
+    const auto [stop, ec] = std::from_chars(begin, end, id);
+    if (ec != std::errc() || stop != end || begin == end)
+      throw Error(ErrorKind::invalid_argument, "--prompt-ids: entry " + std::to_string(ids.size()) + " ('" +
+                                                   text.substr(at, comma - at) + "') is not an integer id");
+    ids.push_back(id);
+    if (comma == text.size()) break;
+    at = comma + 1;
+  }
+  return ids;
+}
+
 }  // namespace
 
 Run add_generate(CLI::App& app) {
   struct Flags {
     ModelFlags model;
-    std::string prompt, stop;
+    std::string prompt, prompt_ids, stop;
     int32_t tokens = 64;
     std::string temperature = "0", top_p = "1";  // parsed by f32_from_text
     int32_t top_k = 0;
@@ -39,7 +63,10 @@ Run add_generate(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed as it comes");
   f->model.add_to(*cmd);
-  cmd->add_option("--prompt", f->prompt, "the prompt's text (its bytes are the first tokens)")->required();
+  CLI::Option* text = cmd->add_option("--prompt", f->prompt, "the prompt's text (its bytes are the first tokens)");
+  CLI::Option* ids = cmd->add_option("--prompt-ids", f->prompt_ids, "the prompt as token ids, comma-separated (a model without a tokenizer)");
+  text->excludes(ids);
+  ids->excludes(text);
   cmd->add_option("-n,--tokens", f->tokens, "the most tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->temperature, "0: greedy; higher: more varied")->type_name("FLOAT")->capture_default_str();
   cmd->add_option("--top-k", f->top_k, "sample among the k most likely bytes (0: all)")->capture_default_str();
@@ -52,30 +79,80 @@ Run add_generate(CLI::App& app) {
       "restarts from position 0 with its last W - floor(W/2) bytes (the newest one included), computed\n"
       "afresh, so every token's logits are those of one full pass over its context. A prompt longer\n"
       "than the window keeps its last W bytes (a notice says so on stderr), or is refused with\n"
-      "--no-truncate. docs/ARITHMETIC.md, \"Generation past the window\".");
-  return [f] {
+      "--no-truncate. docs/ARITHMETIC.md, \"Generation past the window\".\n"
+      "A model with a tokenizer (model.json's `tokenizer`, a SentencePiece model) takes and prints text\n"
+      "through it (BOS, then the prompt's pieces). A model whose vocabulary is not the 256 bytes and has\n"
+      "no tokenizer takes --prompt-ids and prints token ids (the prompt's, then each generated one),\n"
+      "comma-separated.");
+  return [f, text, ids] {
+    if (text->count() == 0 && ids->count() == 0)
+      throw Error(ErrorKind::invalid_argument, "give the prompt as --prompt TEXT or --prompt-ids ID,ID,...");
     const auto model = Model::load(f->model.path, f->model.load_options());
-    if (model->config().vocab_size != 256)
-      throw Error(ErrorKind::unsupported, "generate writes bytes; this model's vocabulary has " +
-                                              std::to_string(model->config().vocab_size) + " ids");
+    const int32_t vocab = model->config().vocab_size;
+    const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(f->model.path);
+    const bool bytes = !tokenizer && vocab == 256;  // ids are bytes: text in and out
+    if (!bytes && !tokenizer && ids->count() == 0)
+      throw Error(ErrorKind::unsupported, "this model's vocabulary has " + std::to_string(vocab) +
+                                              " ids and no tokenizer, so it takes no text: give the prompt as --prompt-ids");
+    if (!bytes && !f->stop.empty())
+      throw Error(ErrorKind::unsupported, tokenizer ? "--stop is not supported with a tokenizer yet"
+                                                    : "--stop compares text; this model has no tokenizer (vocabulary of " +
+                                                          std::to_string(vocab) + " ids)");
     GenerateOptions g;
     g.sampling = {f32_from_text(f->temperature, "--temperature"), f->top_k, f32_from_text(f->top_p, "--top-p"), f->seed};
     g.max_tokens = f->tokens;
     g.stop = f->stop;
     g.truncate_prompt = !f->no_truncate;
     std::vector<int32_t> prompt;
-    for (unsigned char ch : f->prompt) prompt.push_back(ch);
+    if (ids->count() > 0) {
+      prompt = ids_from_text(f->prompt_ids);
+    } else if (tokenizer) {  // BOS, then the text's pieces, as Llama's SentencePiece models expect
+      if (tokenizer->bos() >= 0) prompt.push_back(tokenizer->bos());
+      for (int32_t id : tokenizer->encode(f->prompt)) prompt.push_back(id);
+    } else {
+      for (unsigned char ch : f->prompt) prompt.push_back(ch);
+    }
     // Every check (options, prompt) happens here, before anything is printed.
     Generator generator(model, prompt, g);
     if (const int64_t dropped = generator.context().dropped_prompt_tokens(); dropped > 0)
       std::fprintf(stderr,
-                   "generate: the prompt holds %zu bytes, more than the %d-byte window; generating from its last "
+                   "generate: the prompt holds %zu %s, more than the %d-%s window; generating from its last "
                    "%d (--no-truncate refuses it instead)\n",
-                   prompt.size(), model->config().length, model->config().length);
-    std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
+                   prompt.size(), bytes ? "bytes" : "tokens", model->config().length, bytes ? "byte" : "token",
+                   model->config().length);
+    if (tokenizer) {
+      // Text through the tokenizer: the decoded prompt, then, as each token comes, whatever the
+      // decoding of everything so far adds (a piece may complete a character only later).
+      std::vector<int32_t> all = prompt;
+      std::string printed = tokenizer->decode(all);
+      std::fputs(printed.c_str(), stdout);
+      std::fflush(stdout);
+      while (const std::optional<int32_t> token = generator.next()) {
+        all.push_back(*token);
+        const std::string text = tokenizer->decode(all);
+        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+          std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+          std::fflush(stdout);
+          printed = text;
+        }
+      }
+      std::fputc('\n', stdout);
+      return 0;
+    }
+    if (!bytes)
+      std::fprintf(stderr, "generate: the model has no tokenizer (a vocabulary of %d ids); printing token ids\n", vocab);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (bytes)
+        std::fputc(prompt[i], stdout);
+      else
+        std::printf(i == 0 ? "%d" : ",%d", prompt[i]);
+    }
     std::fflush(stdout);
     while (const std::optional<int32_t> token = generator.next()) {
-      std::fputc(*token, stdout);
+      if (bytes)
+        std::fputc(*token, stdout);
+      else
+        std::printf(",%d", *token);
       std::fflush(stdout);
     }
     std::fputc('\n', stdout);

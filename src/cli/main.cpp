@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   add(&lockstep::cli::add_generate);
   add(&lockstep::cli::add_bench);
   add(&lockstep::cli::add_export);
+  add(&lockstep::cli::add_export_gguf);
+  add(&lockstep::cli::add_import);
   // Every --seed is a 64-bit unsigned integer, refused rather than wrapped when out of range.
   for (auto& [cmd, run] : runs)
     if (CLI::Option* seed = cmd->get_option_no_throw("--seed")) seed->check(lockstep::cli::seed_range());

@@ -1,0 +1,54 @@
+// Other tools' model files: export to GGUF for llama.cpp, import from a Hugging Face Llama
+// checkpoint (docs/FORMAT.md, "GGUF export" and "Hugging Face import").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lockstep/config.hpp"
+
+namespace lockstep {
+
+struct GgufOptions {
+  std::string type = "f32";  // "f32", "f16" or "q8_0": how the matrices are stored
+  std::string name;          // general.name; empty: the model directory's name
+};
+
+struct GgufResult {
+  std::string model_dir;  // the model directory read
+  ModelConfig config;
+  int64_t tensors = 0;
+  uint64_t bytes = 0;  // the file's size
+  std::string type;
+};
+
+// Writes `model` (a model directory, checkpoint step or location) as a GGUF version 3 file of
+// llama.cpp's `llama` architecture at `file` (written under a temporary name and renamed into
+// place). A model with a SentencePiece tokenizer carries it as llama.cpp's `llama` vocabulary; a
+// byte-level model (vocab_size 256, no tokenizer) a `gpt2` BPE vocabulary of the bytes with no
+// merges; any other is refused. Throws Error naming what it refuses.
+GgufResult export_gguf(const std::string& model, const std::string& file, const GgufOptions& options = {});
+
+struct ImportHfOptions {
+  int32_t length = 0;  // the window; 0: config.json's max_position_embeddings (at most 65,536)
+  int32_t batch = 8;   // the training batch model.json records
+  bool ids_only = false;  // import a directory whose tokenizer lockstep cannot read (tokenizer.json)
+};
+
+struct ImportHfResult {
+  ModelConfig config;
+  std::vector<std::string> files;  // the safetensors files read
+  bool tied = false;               // tie_word_embeddings: the head is the embedding's transpose
+  std::vector<std::string> dtypes; // the dtypes met, e.g. {"BF16"}
+  bool tokenizer_model = false;    // its tokenizer.model was imported (named in model.json)
+};
+
+// Reads a Hugging Face LlamaForCausalLM directory (config.json and model.safetensors or
+// model.safetensors.index.json with its shards) and writes a lockstep model directory at `out`
+// (which must not exist). F16 and BF16 tensors are widened exactly to f32; the query and key
+// projections' rows are permuted from Hugging Face's rotate_half layout to lockstep's adjacent
+// pairs. Refuses, naming the field, what the architecture lacks.
+ImportHfResult import_hf(const std::string& dir, const std::string& out, const ImportHfOptions& options = {});
+
+}  // namespace lockstep

@@ -1,0 +1,123 @@
+"""A SentencePiece tokenizer trained here (`spm_train`, Debian's sentencepiece) goes with an
+imported model: `import hf` copies tokenizer.model into the model directory and names it in
+model.json; `generate` takes the prompt as text (BOS, then the pieces) and gives text, which is
+the tokenizer's decoding (`spm_decode`) of the prompt's ids and the greedy ids lockstep's own
+logits choose; `export-gguf` writes the vocabulary as llama.cpp's `llama` tokenizer."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import BINARY
+from test_gguf import ARRAY, F32, I32, STRING, U32, BOOL, read_gguf
+from test_import_hf import lockstep_logits, make_hf, run
+
+pytestmark = pytest.mark.skipif(shutil.which("spm_train") is None, reason="spm_train (Debian's sentencepiece) is not installed")
+
+VOCAB = 50
+
+
+@pytest.fixture(scope="module")
+def spm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spm")
+    text = d / "text.txt"
+    with open(text, "w") as f:
+        for i in range(40):
+            f.write(f"the quick brown fox jumps over the lazy dog number {i}\n")
+            f.write("a stitch in time saves nine, said the old tailor\n")
+    done = subprocess.run(["spm_train", f"--input={text}", f"--model_prefix={d / 'sp'}", f"--vocab_size={VOCAB}",
+                           "--model_type=unigram"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return str(d / "sp.model")
+
+
+def spm_ids(model, text):
+    done = subprocess.run(["spm_encode", f"--model={model}", "--output_format=id"], input=text + "\n",
+                          capture_output=True, text=True, check=True)
+    return [int(t) for t in done.stdout.split()]
+
+
+def spm_text(model, ids):
+    done = subprocess.run(["spm_decode", f"--model={model}", "--input_format=id"],
+                          input=" ".join(map(str, ids)) + "\n", capture_output=True, text=True, check=True)
+    return done.stdout.rstrip("\n")
+
+
+@pytest.fixture(scope="module")
+def imported(spm, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    hf = str(d / "hf")
+    make_hf(hf, vocab=VOCAB, seed=3, kv_heads=2)
+    shutil.copy(spm, os.path.join(hf, "tokenizer.model"))
+    out = str(d / "m")
+    done = run("import", "hf", hf, "-o", out, "--length", "32")
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"tokenizer: tokenizer.model (SentencePiece)" in done.stdout
+    return out
+
+
+def test_import_copies_and_names_the_tokenizer(spm, imported):
+    raw = open(spm, "rb").read()
+    assert open(os.path.join(imported, "tokenizer.model"), "rb").read() == raw
+    meta = json.load(open(os.path.join(imported, "model.json")))
+    assert meta["tokenizer"] == {"type": "sentencepiece", "file": "tokenizer.model",
+                                 "sha256": hashlib.sha256(raw).hexdigest()}
+    assert run("inspect", imported).returncode == 0  # still a model lockstep loads
+
+
+def test_generate_round_trips_text(spm, imported):
+    prompt = "the lazy fox"
+    done = run("generate", imported, "--prompt", prompt, "-n", "8", "--temperature", "0")
+    assert done.returncode == 0, done.stderr.decode()
+    text = done.stdout.decode()
+    assert text.endswith("\n")
+    ids = [1] + spm_ids(spm, prompt)  # BOS (id 1 in spm_train's models), then the pieces
+    for _ in range(8):
+        padded = np.zeros(32, dtype=np.int64)
+        padded[:len(ids)] = ids
+        ids.append(int(np.argmax(lockstep_logits(imported, padded, VOCAB)[len(ids) - 1])))
+    assert text[:-1] == spm_text(spm, ids)
+    assert text.startswith(prompt)
+    # The same prompt as ids gives the same text.
+    done = run("generate", imported, "--prompt-ids", ",".join(map(str, ids[:-8])), "-n", "8", "--temperature", "0")
+    assert done.stdout.decode() == text
+
+
+def test_changed_tokenizer_and_mismatched_vocabulary_are_refused(spm, imported, tmp_path):
+    copy = str(tmp_path / "m")
+    shutil.copytree(imported, copy)
+    with open(os.path.join(copy, "tokenizer.model"), "ab") as f:
+        f.write(b"\0")
+    done = run("generate", copy, "--prompt", "the", "-n", "2")
+    assert done.returncode != 0 and b"SHA-256" in done.stderr and done.stdout == b""
+    hf = str(tmp_path / "hf")
+    make_hf(hf, vocab=VOCAB + 2)
+    shutil.copy(spm, os.path.join(hf, "tokenizer.model"))
+    done = run("import", "hf", hf, "-o", str(tmp_path / "x"))
+    assert done.returncode != 0 and b"holds 50 pieces but config.json's vocab_size is 52" in done.stderr
+    assert not os.path.exists(tmp_path / "x")
+
+
+def test_gguf_carries_the_sentencepiece_vocabulary(spm, imported, tmp_path):
+    out = str(tmp_path / "m.gguf")
+    done = run("export-gguf", imported, "-o", out)
+    assert done.returncode == 0, done.stderr.decode()
+    kv, tensors, _ = read_gguf(out)
+    vocab = subprocess.run(["spm_export_vocab", f"--model={spm}"], capture_output=True, text=True, check=True)
+    rows = [line.split("\t") for line in vocab.stdout.splitlines()]
+    assert kv["tokenizer.ggml.model"] == (STRING, "llama")
+    assert kv["tokenizer.ggml.tokens"] == (ARRAY, ("array", STRING, [r[0] for r in rows]))
+    scores = kv["tokenizer.ggml.scores"][1][2]
+    assert np.allclose(scores, [float(r[1]) for r in rows], atol=1e-6)  # spm_export_vocab prints rounded scores
+    types = kv["tokenizer.ggml.token_type"][1][2]
+    assert types[:3] == [2, 3, 3] and set(types[3:]) == {1}  # <unk>, <s>, </s>, then normal pieces
+    assert kv["tokenizer.ggml.bos_token_id"] == (U32, 1) and kv["tokenizer.ggml.eos_token_id"] == (U32, 2)
+    assert kv["tokenizer.ggml.unknown_token_id"] == (U32, 0)
+    assert kv["tokenizer.ggml.add_bos_token"] == (BOOL, True)
+    assert "tokenizer.ggml.merges" not in kv and kv["llama.vocab_size"] == (U32, VOCAB)
+    assert tensors["token_embd.weight"][0] == [32, VOCAB]

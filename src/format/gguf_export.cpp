@@ -1,0 +1,210 @@
+// export_gguf: a lockstep model as llama.cpp's `llama` architecture (docs/FORMAT.md, "GGUF
+// export"). The two models compute the same function: llama.cpp's LLAMA rope type
+// (LLAMA_ROPE_TYPE_NORM) rotates adjacent pairs (x[2i], x[2i+1]) as lockstep does, so the query
+// and key matrices need no permutation; only lockstep's [in, out] matrices are transposed into
+// ggml's order, where ne[0] (the contiguous dimension) is the input.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "format/gguf.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/format.hpp"
+#include "lockstep/interop.hpp"
+#include "lockstep/model.hpp"
+#include "lockstep/tokenizer.hpp"
+
+namespace lockstep {
+namespace {
+
+using format::GgmlType;
+
+// GPT-2's byte-to-unicode map: the printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for
+// themselves; the others, in increasing order, for U+0100, U+0101, ... Each as UTF-8.
+std::vector<std::string> gpt2_byte_strings() {
+  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  std::vector<std::string> out(256);
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t cp = printable(b) ? static_cast<uint32_t>(b) : static_cast<uint32_t>(next++);
+    std::string s;
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else {  // every code point here is below U+0800: two bytes
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    out[static_cast<size_t>(b)] = s;
+  }
+  return out;
+}
+
+// rows x cols f32 values (row-major, a row of ne[0] = cols values) encoded as `type`.
+std::vector<uint8_t> encode(const std::vector<float>& values, int64_t cols, GgmlType type, const std::string& name) {
+  std::vector<uint8_t> out;
+  switch (type) {
+    case GgmlType::f32:
+      out.resize(values.size() * 4);
+      std::memcpy(out.data(), values.data(), out.size());
+      break;
+    case GgmlType::f16:
+      out.reserve(values.size() * 2);
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t h = format::f16_bits_from_f32(values[i]);
+        if ((h & 0x7c00u) == 0x7c00u)
+          throw Error(ErrorKind::invalid_argument, "tensor '" + name + "' element " + std::to_string(i) + " (" +
+                                                       std::to_string(values[i]) +
+                                                       ") is past f16's range; export with --type f32");
+        out.push_back(static_cast<uint8_t>(h & 0xff));
+        out.push_back(static_cast<uint8_t>(h >> 8));
+      }
+      break;
+    case GgmlType::q8_0:
+      out.reserve(values.size() / format::kQ8Block * format::kQ8BlockBytes);
+      for (size_t r = 0; r < values.size(); r += static_cast<size_t>(cols))
+        format::append_q8_0_row(std::span<const float>(values).subspan(r, static_cast<size_t>(cols)), out,
+                                "tensor '" + name + "'");
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+GgufResult export_gguf(const std::string& model_path, const std::string& file, const GgufOptions& options) {
+  GgmlType matrix_type;
+  uint32_t file_type;  // llama.cpp's llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7
+  if (options.type == "f32") {
+    matrix_type = GgmlType::f32, file_type = 0;
+  } else if (options.type == "f16") {
+    matrix_type = GgmlType::f16, file_type = 1;
+  } else if (options.type == "q8_0") {
+    matrix_type = GgmlType::q8_0, file_type = 7;
+  } else {
+    throw Error(ErrorKind::invalid_argument, "--type must be f32, f16 or q8_0, not '" + options.type + "'");
+  }
+  if (file.empty()) throw Error(ErrorKind::invalid_argument, "the GGUF file's path is empty");
+
+  const ResolvedPath resolved = resolve_model_path(model_path);
+  const auto model = Model::load(resolved.model_dir);
+  const ModelConfig& c = model->config();
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(resolved.model_dir);
+  if (tokenizer && tokenizer->size() != c.vocab_size)
+    throw Error(ErrorKind::format, resolved.model_dir + ": the tokenizer has " + std::to_string(tokenizer->size()) +
+                                       " pieces but the vocabulary " + std::to_string(c.vocab_size) + " ids");
+  if (!tokenizer && c.vocab_size != 256)
+    throw Error(ErrorKind::unsupported,
+                resolved.model_dir + ": the vocabulary has " + std::to_string(c.vocab_size) +
+                    " ids and the model has no tokenizer; GGUF export needs token strings: a tokenizer, or the "
+                    "256 bytes of a byte-level model");
+  const ParameterRegistry& reg = model->registry();
+  const std::span<const float> params = model->parameters();
+
+  format::GgufWriter w(32);
+  std::string name = options.name;
+  if (name.empty()) {
+    name = resolved.model_dir;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  }
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", name);
+  w.add_u32("general.file_type", file_type);
+  w.add_u32("general.alignment", 32);
+  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.add_u32("llama.context_length", static_cast<uint32_t>(c.length));
+  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
+  w.add_u32("llama.block_count", static_cast<uint32_t>(c.n_layers));
+  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.d_ff));
+  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
+  w.add_f32("llama.rope.freq_base", c.rope_theta);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+
+  if (tokenizer) {
+    // The SentencePiece vocabulary as llama.cpp's `llama` tokenizer: each piece (spaces as U+2581),
+    // its score and type, the special ids; BOS is added as Llama's SentencePiece models expect.
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    for (int32_t id = 0; id < tokenizer->size(); ++id) {
+      Tokenizer::Piece p = tokenizer->piece(id);
+      tokens.push_back(std::move(p.text));
+      scores.push_back(p.score);
+      types.push_back(p.type);
+    }
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_f32_array("tokenizer.ggml.scores", scores);
+    w.add_i32_array("tokenizer.ggml.token_type", types);
+    if (tokenizer->bos() >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokenizer->bos()));
+    if (tokenizer->eos() >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokenizer->eos()));
+    if (tokenizer->unk() >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tokenizer->unk()));
+    w.add_bool("tokenizer.ggml.add_bos_token", tokenizer->bos() >= 0);
+    w.add_bool("tokenizer.ggml.add_eos_token", false);
+  } else {
+    // The byte vocabulary: id b is byte b, as GPT-2's byte-to-unicode string; no merges, so
+    // llama.cpp's BPE tokenizes text into its bytes. Type 1 is llama.cpp's NORMAL token.
+    const std::vector<std::string> tokens = gpt2_byte_strings();
+    const std::vector<int32_t> token_types(tokens.size(), 1);
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", "default");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_i32_array("tokenizer.ggml.token_type", token_types);
+    w.add_string_array("tokenizer.ggml.merges", std::vector<std::string>{});
+    w.add_bool("tokenizer.ggml.add_bos_token", false);
+    w.add_bool("tokenizer.ggml.add_eos_token", false);
+  }
+
+  // A vector: one row, always F32 (as llama.cpp's converter keeps norms).
+  auto vector = [&](const std::string& gguf_name, int64_t offset, int64_t n) {
+    std::vector<float> v(params.begin() + offset, params.begin() + offset + n);
+    w.add_tensor(gguf_name, {static_cast<uint64_t>(n)}, GgmlType::f32, encode(v, n, GgmlType::f32, gguf_name));
+  };
+  // A matrix already in ggml's order: rows of `cols` values (ne = {cols, rows}). Q8_0 needs
+  // rows of whole 32-value blocks; a row that is not falls back to F16.
+  auto matrix_rows = [&](const std::string& gguf_name, std::vector<float> rows_data, int64_t cols, int64_t rows) {
+    const GgmlType t = matrix_type == GgmlType::q8_0 && cols % format::kQ8Block != 0 ? GgmlType::f16 : matrix_type;
+    w.add_tensor(gguf_name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)}, t,
+                 encode(rows_data, cols, t, gguf_name));
+  };
+  // A lockstep matrix [in, out] (row-major) transposed to ggml's ne = {in, out}: row o holds
+  // W[0..in, o].
+  auto linear = [&](const std::string& gguf_name, int64_t offset, int64_t in, int64_t out) {
+    std::vector<float> t(static_cast<size_t>(in * out));
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + o)];
+    matrix_rows(gguf_name, std::move(t), in, out);
+  };
+
+  // token_embd: ggml ne = {d_model, vocab}, row t is token t: lockstep's embed as it is.
+  matrix_rows("token_embd.weight",
+              std::vector<float>(params.begin() + reg.embed(), params.begin() + reg.embed() + int64_t{c.vocab_size} * c.d_model),
+              c.d_model, c.vocab_size);
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const auto& L = reg.layer(i);
+    const std::string p = "blk." + std::to_string(i) + ".";
+    vector(p + "attn_norm.weight", L.attn_norm, c.d_model);
+    linear(p + "attn_q.weight", L.wq, c.d_model, c.q_dim());
+    linear(p + "attn_k.weight", L.wk, c.d_model, c.kv_dim());
+    linear(p + "attn_v.weight", L.wv, c.d_model, c.kv_dim());
+    linear(p + "attn_output.weight", L.wo, c.q_dim(), c.d_model);
+    vector(p + "ffn_norm.weight", L.mlp_norm, c.d_model);
+    linear(p + "ffn_gate.weight", L.w_gate, c.d_model, c.d_ff);
+    linear(p + "ffn_up.weight", L.w_up, c.d_model, c.d_ff);
+    linear(p + "ffn_down.weight", L.w_down, c.d_ff, c.d_model);
+  }
+  vector("output_norm.weight", reg.final_norm(), c.d_model);
+  linear("output.weight", reg.head(), c.d_model, c.vocab_size);
+
+  GgufResult r;
+  r.model_dir = resolved.model_dir;
+  r.config = c;
+  r.tensors = static_cast<int64_t>(w.tensor_count());
+  r.type = options.type;
+  r.bytes = w.write(file);
+  return r;
+}
+
+}  // namespace lockstep

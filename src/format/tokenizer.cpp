@@ -1,0 +1,92 @@
+// Tokenizer: SentencePiece models through Debian's libsentencepiece (tokenizer.hpp).
+#include "lockstep/tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/sha256.hpp"
+#include "format/mapped_file.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/format.hpp"
+
+namespace lockstep {
+
+struct Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor sp;
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  const std::string bytes = format::read_text_file(path, size_t{256} << 20);
+  const auto status = impl->sp.LoadFromSerializedProto(bytes);
+  if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
+  const std::string dir = resolve_model_path(model_path).model_dir;
+  const std::string json_path = dir + "/model.json";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(format::read_text_file(json_path, size_t{16} << 20));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::format, json_path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("tokenizer") || j["tokenizer"].is_null()) return nullptr;
+  const nlohmann::json& t = j["tokenizer"];
+  if (!t.is_object() || t.value("type", "") != "sentencepiece" || !t.contains("file") || !t["file"].is_string() ||
+      !t.contains("sha256") || !t["sha256"].is_string())
+    throw Error(ErrorKind::format, json_path + ": 'tokenizer' must be {\"type\": \"sentencepiece\", \"file\", \"sha256\"}");
+  const std::string file = t["file"].get<std::string>();
+  if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
+    throw Error(ErrorKind::format, json_path + ": tokenizer file '" + file + "' is not a plain name in the directory");
+  const std::string path = dir + "/" + file;
+  const std::string bytes = format::read_text_file(path, size_t{256} << 20);
+  const std::string digest = sha256_hex(bytes.data(), bytes.size());
+  if (digest != t["sha256"].get<std::string>())
+    throw Error(ErrorKind::format, path + ": SHA-256 is " + digest + " but model.json says " + t["sha256"].get<std::string>());
+  auto impl = std::make_unique<Impl>();
+  const auto status = impl->sp.LoadFromSerializedProto(bytes);
+  if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = impl_->sp.Encode(std::string(text), &ids);
+  if (!status.ok()) throw Error(ErrorKind::invalid_argument, "the tokenizer cannot encode the text: " + status.ToString());
+  return {ids.begin(), ids.end()};
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::vector<int> v;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= impl_->sp.GetPieceSize())
+      throw Error(ErrorKind::invalid_argument, "token id " + std::to_string(id) + " is not in the tokenizer's " +
+                                                   std::to_string(impl_->sp.GetPieceSize()) + " pieces");
+    v.push_back(id);
+  }
+  std::string text;
+  const auto status = impl_->sp.Decode(v, &text);
+  if (!status.ok()) throw Error(ErrorKind::invalid_argument, "the tokenizer cannot decode the ids: " + status.ToString());
+  return text;
+}
+
+int32_t Tokenizer::bos() const { return impl_->sp.bos_id(); }
+int32_t Tokenizer::eos() const { return impl_->sp.eos_id(); }
+int32_t Tokenizer::unk() const { return impl_->sp.unk_id(); }
+int32_t Tokenizer::size() const { return impl_->sp.GetPieceSize(); }
+
+Tokenizer::Piece Tokenizer::piece(int32_t id) const {
+  Piece p;
+  p.text = impl_->sp.IdToPiece(id);
+  p.score = impl_->sp.GetScore(id);
+  p.type = impl_->sp.IsUnknown(id) ? 2 : impl_->sp.IsControl(id) ? 3 : impl_->sp.IsByte(id) ? 6 : impl_->sp.IsUnused(id) ? 5 : 1;
+  return p;
+}
+
+}  // namespace lockstep
