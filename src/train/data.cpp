@@ -17,10 +17,11 @@ namespace {
 
 // Appends the whole file to `out`; returns its size.
 int64_t append_file(const std::string& path, std::vector<uint8_t>& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK so that a FIFO without a writer is refused below instead of hanging the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(ErrorKind::io, "data file '" + path + "': " + std::strerror(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::fcntl(fd, F_SETFL, O_RDONLY) != 0) {
     ::close(fd);
     throw Error(ErrorKind::io, "data file '" + path + "' is not a regular file");
   }
