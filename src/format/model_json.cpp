@@ -42,9 +42,11 @@ std::string list_text(std::initializer_list<const char*> names) {
 // The keys of `object` not in `known`, in the object's order.
 std::vector<std::string> unknown_fields(const json& object, std::initializer_list<const char*> known) {
   std::vector<std::string> out;
-  for (const auto& [key, value] : object.items())
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string& key = it.key();
     if (std::find_if(known.begin(), known.end(), [&](const char* k) { return key == k; }) == known.end())
       out.push_back(key);
+  }
   return out;
 }
 
