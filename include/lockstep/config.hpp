@@ -13,6 +13,11 @@
 
 namespace lockstep {
 
+// The most parameters a model may have, for every command and API that builds, loads or trains
+// one: 2^31, 8 GiB as f32 (docs/LIMITS.md). ModelConfig::validate refuses more, saying how many
+// bytes the configuration would need.
+inline constexpr int64_t max_parameters = int64_t{1} << 31;
+
 struct ModelConfig {
   int32_t vocab_size = 256;  // token ids are in [0, vocab_size); 256 means the byte values
   int32_t length = 256;      // the window: most positions one row holds
@@ -29,8 +34,14 @@ struct ModelConfig {
   int32_t q_dim() const { return n_heads * head_dim(); }
   int32_t kv_dim() const { return n_kv_heads * head_dim(); }
 
-  // Throws Error(invalid_argument) naming the first field out of range.
+  // Throws Error(invalid_argument) naming the first field out of range, or, last, saying how
+  // many parameters and bytes a configuration over max_parameters would need.
   void validate() const;
+
+  // The flat parameter count (ParameterRegistry::total) computed from the dimensions alone,
+  // without building the registry. Meaningful only for fields within validate()'s ranges, where
+  // it cannot overflow (it stays below 2^47).
+  int64_t parameter_count() const;
 
   bool operator==(const ModelConfig&) const = default;
 };

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lockstep/config.hpp"
@@ -126,25 +127,38 @@ lockstep_config to_c(const lockstep::ModelConfig& m) {
   return c;
 }
 
-// DEFAULT -> `fallback`; an enum value outside the header's list is refused.
-lockstep::Device to_device(lockstep_device d, lockstep::Device fallback) {
-  switch (d) {
+// The integer a C caller stored in an enum-typed field or argument. C lets any int live there,
+// but in C++ loading a value outside the enum's range of values is undefined behaviour (UBSan
+// reports it): every enum that comes through the C API is read as its int first, through
+// memcpy, validated, and only then converted. `value` is taken by reference so that not even the
+// call loads it as the enum.
+template <class Enum>
+int enum_int(const Enum& value) {
+  static_assert(std::is_enum_v<Enum> && sizeof(Enum) == sizeof(int));
+  int v;
+  std::memcpy(&v, &value, sizeof v);
+  return v;
+}
+
+// DEFAULT -> `fallback`; an integer outside the header's list is refused.
+lockstep::Device to_device(const lockstep_device& d, lockstep::Device fallback) {
+  switch (const int v = enum_int(d)) {
     case LOCKSTEP_DEVICE_DEFAULT: return fallback;
     case LOCKSTEP_DEVICE_CPU: return lockstep::Device::cpu;
     case LOCKSTEP_DEVICE_REFERENCE: return lockstep::Device::reference;
+    default:
+      invalid("device " + std::to_string(v) + " is not a lockstep_device (DEFAULT, CPU or REFERENCE)");
   }
-  invalid("device " + std::to_string(static_cast<int>(d)) +
-          " is not a lockstep_device (DEFAULT, CPU or REFERENCE)");
 }
 
-std::optional<lockstep::Precision> to_precision(lockstep_precision p) {
-  switch (p) {
+std::optional<lockstep::Precision> to_precision(const lockstep_precision& p) {
+  switch (const int v = enum_int(p)) {
     case LOCKSTEP_PRECISION_DEFAULT: return std::nullopt;
     case LOCKSTEP_PRECISION_F32: return lockstep::Precision::f32;
     case LOCKSTEP_PRECISION_BF16: return lockstep::Precision::bf16;
+    default:
+      invalid("precision " + std::to_string(v) + " is not a lockstep_precision (DEFAULT, F32 or BF16)");
   }
-  invalid("precision " + std::to_string(static_cast<int>(p)) +
-          " is not a lockstep_precision (DEFAULT, F32 or BF16)");
 }
 
 lockstep::LoadOptions to_cpp(const lockstep_model_options* options) {
@@ -162,7 +176,7 @@ lockstep::LoadOptions to_cpp(const lockstep_model_options* options) {
 lockstep::CallOptions to_cpp(const lockstep_call_options* call) {
   lockstep::CallOptions out;
   if (!call) return out;
-  if (call->device != LOCKSTEP_DEVICE_DEFAULT)
+  if (enum_int(call->device) != LOCKSTEP_DEVICE_DEFAULT)
     out.device = to_device(call->device, lockstep::Device::cpu);
   if (call->threads != 0) out.threads = call->threads;  // range-checked by the model
   return out;
@@ -216,7 +230,7 @@ int64_t parameter_total(const lockstep_config& config) {
 extern "C" {
 
 const char* lockstep_status_name(lockstep_status status) {
-  switch (status) {
+  switch (enum_int(status)) {
     case LOCKSTEP_OK: return "ok";
     case LOCKSTEP_ERROR_INVALID_ARGUMENT: return "invalid argument";
     case LOCKSTEP_ERROR_TYPE: return "type error";

@@ -1,11 +1,35 @@
 // lockstep init: a randomly initialised model directory, for tests and benchmarks.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <system_error>
 
 #include "cli/commands.hpp"
 
 namespace lockstep::cli {
+namespace {
+
+// What init holds at once: the f32 parameters (written from that one copy).
+std::string init_bytes_text(const ModelConfig& config) {
+  const int64_t n = config.parameter_count();
+  return "the model has " + with_commas(n) + " parameters, " + with_commas(n * 4) + " bytes (" +
+         human_bytes(static_cast<double>(n) * 4.0) + ") as f32";
+}
+
+// Refuses, before allocating, a model larger than the machine's physical memory.
+void check_memory_for_init(const ModelConfig& config) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double physical = static_cast<double>(pages) * static_cast<double>(page);
+  if (static_cast<double>(config.parameter_count()) * 4.0 > physical)
+    throw Error(ErrorKind::invalid_argument,
+                init_bytes_text(config) + ", more than this machine's " + human_bytes(physical) +
+                    " of memory");
+}
+
+}  // namespace
 
 Run add_init(CLI::App& app) {
   struct Flags {
@@ -34,20 +58,27 @@ Run add_init(CLI::App& app) {
   return [f] {
     ModelConfig config = f->config;
     config.n_kv_heads = f->n_kv_heads > 0 ? f->n_kv_heads : config.n_heads;
-    config.validate();
+    config.validate();  // past max_parameters: refused with the bytes they would need
     ModelMetadata meta;
     meta.precision = parse_precision(f->precision);
-    const std::vector<float> params = init_parameters(config, f->seed);
-    // Missing parent folders are created, as train creates its --checkpoint-dir's.
-    const std::filesystem::path parent = std::filesystem::path(f->out).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-      std::filesystem::create_directories(parent, ec);
-      if (ec)
-        throw Error(ErrorKind::io, "cannot create the parent folder '" + parent.string() + "' of '" + f->out +
-                                       "': " + ec.message());
+    check_memory_for_init(config);
+    std::vector<float> params;
+    try {
+      params = init_parameters(config, f->seed);
+      // Missing parent folders are created, as train creates its --checkpoint-dir's.
+      const std::filesystem::path parent = std::filesystem::path(f->out).parent_path();
+      std::error_code ec;
+      if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+        std::filesystem::create_directories(parent, ec);
+        if (ec)
+          throw Error(ErrorKind::io, "cannot create the parent folder '" + parent.string() + "' of '" + f->out +
+                                         "': " + ec.message());
+      }
+      write_model_directory(f->out, config, params, meta);
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorKind::invalid_argument,
+                  init_bytes_text(config) + ", which this machine could not allocate (out of memory)");
     }
-    write_model_directory(f->out, config, params, meta);
     std::printf("init: wrote %s: %s parameters, %s\n", f->out.c_str(),
                 with_commas(static_cast<int64_t>(params.size())).c_str(),
                 human_bytes(static_cast<double>(params.size()) * 4.0).c_str());

@@ -18,10 +18,20 @@ OsError io_error(const std::string& what, const std::string& path, int err) {
   return OsError(err, path + ": " + what + ": " + std::strerror(err));
 }
 
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a file";
+}
+
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+int open_regular_file(const std::string& path, uint64_t* size) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw io_error("cannot open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -31,9 +41,24 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(ErrorKind::io, path + ": not a regular file");
+    throw Error(ErrorKind::io, path + ": not a regular file (it is " + file_kind(st.st_mode) + ")");
   }
-  size_ = static_cast<size_t>(st.st_size);
+  // Back to blocking reads (O_NONBLOCK means nothing for a regular file on Linux, but a reader
+  // must not meet EAGAIN on a file system where it would).
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw io_error("cannot open", path, err);
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  size_ = static_cast<size_t>(size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -57,16 +82,11 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
 }
 
 std::string read_text_file(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("cannot open", path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  if (size > max_bytes) {
     ::close(fd);
-    throw Error(ErrorKind::io, path + ": not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
-    throw Error(ErrorKind::format, path + ": " + std::to_string(st.st_size) +
+    throw Error(ErrorKind::format, path + ": " + std::to_string(size) +
                                        " bytes, more than the " + std::to_string(max_bytes) +
                                        " this file may hold");
   }

@@ -1,4 +1,4 @@
-// A read-only memory map of a whole file.
+// A read-only memory map of a whole file, and the one way lockstep opens a file it reads.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,16 @@
 
 namespace lockstep::format {
 
+// Opens `path` for reading and returns the descriptor (O_CLOEXEC, blocking), with its size in
+// `*size`, when it is a regular file. Anything else is refused with Error(io) naming the path
+// and what it is ("a FIFO", "a directory", ...), before a byte is read: the open itself is
+// non-blocking, so a FIFO with no writer cannot hang the reader.
+int open_regular_file(const std::string& path, uint64_t* size);
+
 class MappedFile {
  public:
-  // Throws Error(io) naming the path when it cannot be opened or mapped.
+  // Throws Error(io) naming the path when it cannot be opened or mapped, or is not a regular
+  // file (open_regular_file).
   explicit MappedFile(const std::string& path);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;
@@ -26,7 +33,8 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// The whole file as a string (small files: model.json, run files). Refuses files over max_bytes.
+// The whole file as a string (small files: model.json, run files). Refuses files over max_bytes,
+// and anything but a regular file (open_regular_file).
 std::string read_text_file(const std::string& path, size_t max_bytes);
 
 }  // namespace lockstep::format

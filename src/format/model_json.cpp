@@ -1,8 +1,10 @@
 #include "format/format_error.hpp"
 #include "format/model_json.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <initializer_list>
 #include <cstdlib>
 #include <limits>
 
@@ -18,6 +20,55 @@ using nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
 
+
+// The fields each object of model.json may hold (docs/FORMAT.md, "What the reader checks").
+constexpr std::initializer_list<const char*> kTopFields = {
+    "format", "format_version", "architecture", "profile", "precision", "matrix_layout", "config",
+    "inputs", "outputs", "checkpoint", "weights", "weights_averaged", "trained_weights", "loaded",
+    "parameter_count", "parameters"};
+constexpr std::initializer_list<const char*> kConfigFields = {
+    "vocab_size", "length", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "norm_eps",
+    "rope_theta", "batch"};
+constexpr std::initializer_list<const char*> kWeightsFields = {"file", "format", "parameters_sha256"};
+constexpr std::initializer_list<const char*> kCheckpointFields = {"step", "slug", "path"};
+constexpr std::initializer_list<const char*> kLoadedFields = {"name", "file", "tensor", "sha256"};
+
+std::string list_text(std::initializer_list<const char*> names) {
+  std::string s;
+  for (const char* n : names) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+// The keys of `object` not in `known`, in the object's order.
+std::vector<std::string> unknown_fields(const json& object, std::initializer_list<const char*> known) {
+  std::vector<std::string> out;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find_if(known.begin(), known.end(), [&](const char* k) { return key == k; }) == known.end())
+      out.push_back(key);
+  }
+  return out;
+}
+
+// A key as read from the file: quoted, control characters replaced, long ones cut.
+std::string quoted_key(const std::string& key) {
+  std::string out = "'";
+  for (char c : key) {
+    if (out.size() > 64) return out + "...'";
+    out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+  }
+  return out + "'";
+}
+
+// Objects whose every field lockstep defines: a field it does not know is a mistake (a
+// misspelled key would otherwise read as a missing one, or be dropped), refused by name.
+void refuse_unknown_fields(const json& object, std::initializer_list<const char*> known,
+                           const std::string& what, const std::string& where) {
+  const std::vector<std::string> extra = unknown_fields(object, known);
+  if (!extra.empty())
+    refuse(what, where + " has an unknown field " + quoted_key(extra[0]) + " (its fields are " +
+                     list_text(known) + ")");
+}
 
 const json& field(const json& object, const char* key, const std::string& what,
                   const std::string& where) {
@@ -84,6 +135,7 @@ ordered render_weights(const WeightsFile& w) {
 
 WeightsFile parse_weights(const json& j, const std::string& what, const std::string& where) {
   if (!j.is_object()) refuse(what, where + " is not a JSON object");
+  refuse_unknown_fields(j, kWeightsFields, what, where);
   WeightsFile w;
   w.file = string_field(j, "file", what, where);
   w.format = string_field(j, "format", what, where);
@@ -109,6 +161,7 @@ std::vector<LoadedTensor> parse_loaded(const json& j, const ParameterRegistry& r
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string where = "loaded[" + std::to_string(i) + "]";
     if (!j[i].is_object()) refuse(what, where + " is not a JSON object");
+    refuse_unknown_fields(j[i], kLoadedFields, what, where);
     LoadedTensor l;
     l.name = string_field(j[i], "name", what, where);
     l.file = string_field(j[i], "file", what, where);
@@ -144,6 +197,16 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
     refuse(what, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) refuse(what, "not a JSON object");
+  // The top level may carry fields a later writer adds (they are ignored), but a required field
+  // that is missing beside one lockstep does not know is most likely misspelled: name both.
+  if (const std::vector<std::string> extra = unknown_fields(j, kTopFields); !extra.empty()) {
+    for (const char* required : {"format", "format_version", "profile", "architecture", "matrix_layout",
+                                 "precision", "config", "inputs", "outputs", "parameters",
+                                 "parameter_count", "weights", "weights_averaged", "checkpoint"})
+      if (!j.contains(required))
+        refuse(what, std::string("model.json has no field '") + required + "' but an unknown field " +
+                         quoted_key(extra[0]) + " (misspelled?)");
+  }
   const std::string format = string_field(j, "format", what, "model.json");
   if (format != kModelFormatName)
     refuse(what, "format '" + format + "' is not a lockstep model ('" + kModelFormatName + "')");
@@ -174,6 +237,7 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
 
   const json& cfg = field(j, "config", what, "model.json");
   if (!cfg.is_object()) refuse(what, "config is not a JSON object");
+  refuse_unknown_fields(cfg, kConfigFields, what, "config");
   ModelConfig& c = d.config;
   c.vocab_size = int_field(cfg, "vocab_size", what);
   c.length = int_field(cfg, "length", what);
@@ -221,6 +285,7 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   const json& ck = field(j, "checkpoint", what, "model.json");
   if (!ck.is_null()) {
     if (!ck.is_object()) refuse(what, "checkpoint is neither null nor an object");
+    refuse_unknown_fields(ck, kCheckpointFields, what, "checkpoint");
     if (const auto s = ck.find("step"); s != ck.end() && !s->is_null()) {
       if (!s->is_number_integer() || s->get<int64_t>() < 0)
         refuse(what, "checkpoint.step is not a non-negative integer");

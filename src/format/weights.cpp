@@ -42,11 +42,20 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded,
                                 const std::string& weight_format) {
+  if (weight_format != kQ8Format && weight_format != "float32")
+    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
+  const MappedFile file(path);
+  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format);
+}
+
+std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
+                                      const ModelConfig& config, const std::string& expected_sha256,
+                                      std::span<const LoadedTensor> loaded,
+                                      const std::string& weight_format) {
   const bool q8 = weight_format == kQ8Format;
   if (!q8 && weight_format != "float32")
     refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
-  const MappedFile file(path);
-  const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
+  const SafetensorsHeader header = parse_safetensors(bytes, path);
   const ParameterRegistry registry(config);
   std::unordered_map<std::string, const TensorEntry*> by_name;
   for (const auto& t : header.tensors) by_name[t.name] = &t;
@@ -65,30 +74,68 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
                        "' is in the file, but model.json says it is loaded from '" + l.file + "'");
     loaded_by_name[l.name] = &l;
   }
-  std::vector<float> flat(static_cast<size_t>(registry.total()));
-  const uint8_t* data = file.bytes().data() + header.data_offset;
+
+  // Every tensor checked against the configuration before anything the size of the
+  // configuration is allocated, so that a model.json claiming a larger model than its file holds
+  // costs nothing: past this loop the parameters read from this file fit in it. When the file's
+  // data is not the size the configuration implies, a refusal says both sizes.
+  uint64_t need = 0;  // the data bytes the configuration implies for this file
   for (const auto& e : registry.entries()) {
-    if (const auto l = loaded_by_name.find(e.name); l != loaded_by_name.end()) {
-      const std::vector<float> values = read_loaded_tensor(*l->second, e.shape);
-      std::copy(values.begin(), values.end(), flat.begin() + e.offset);
-      continue;
-    }
+    if (loaded_by_name.count(e.name)) continue;
+    const uint64_t count = static_cast<uint64_t>(e.count);
+    need += q8 && e.shape.size() == 2 ? count + 4 * static_cast<uint64_t>(e.shape[1]) : 4 * count;
+  }
+  auto mismatch = [&](const std::string& problem) {
+    if (need == header.data_size) refuse(path, problem);
+    refuse(path, problem + " (model.json's configuration, " + std::to_string(registry.total()) +
+                     " parameters, needs " + std::to_string(need) + " bytes of " +
+                     (q8 ? "q8" : "f32") + " tensor data here; the file holds " +
+                     std::to_string(header.data_size) + ")");
+  };
+  for (const auto& e : registry.entries()) {
+    if (loaded_by_name.count(e.name)) continue;
     const auto it = by_name.find(e.name);
-    if (it == by_name.end()) refuse(path, "parameter '" + e.name + "' is missing");
+    if (it == by_name.end()) mismatch("parameter '" + e.name + "' is missing");
     const TensorEntry& t = *it->second;
     const bool packed = q8 && e.shape.size() == 2;
     if (t.dtype != (packed ? DType::i8 : DType::f32))
-      refuse(path, "parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + (packed ? "I8" : "F32"));
+      mismatch("parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + (packed ? "I8" : "F32"));
     if (t.shape != e.shape)
-      refuse(path, "parameter '" + e.name + "' has shape " + shape_text(t.shape) + ", expected " +
-                       shape_text(e.shape));
-    float* dst = flat.data() + e.offset;
+      mismatch("parameter '" + e.name + "' has shape " + shape_text(t.shape) + ", expected " +
+               shape_text(e.shape));
     if (packed) {
-      const auto s = by_name.find(e.name + suffix);
-      if (s == by_name.end()) refuse(path, "parameter '" + e.name + "' has no scale tensor '" + e.name + suffix + "'");
-      const TensorEntry& st = *s->second;
+      const auto sc = by_name.find(e.name + suffix);
+      if (sc == by_name.end()) mismatch("parameter '" + e.name + "' has no scale tensor '" + e.name + suffix + "'");
+      const TensorEntry& st = *sc->second;
       if (st.dtype != DType::f32 || st.shape != std::vector<int64_t>{e.shape[1]})
-        refuse(path, "tensor '" + e.name + suffix + "' must be F32 [" + std::to_string(e.shape[1]) + "]");
+        mismatch("tensor '" + e.name + suffix + "' must be F32 [" + std::to_string(e.shape[1]) + "]");
+    }
+  }
+  // Every tensor of the file is a parameter (or its scale) checked above, and the tensors fill
+  // the data section without overlap (parse_safetensors): the sizes now agree.
+  if (need != header.data_size) mismatch("the tensors' sizes do not add up");
+
+  // Frozen parameters from their own files (each bounded by its file's size), then the flat
+  // vector, whose size the checks above bound by the files'.
+  std::vector<std::vector<float>> loaded_values(registry.entries().size());
+  for (size_t p = 0; p < registry.entries().size(); ++p) {
+    const auto& e = registry.entries()[p];
+    if (const auto l = loaded_by_name.find(e.name); l != loaded_by_name.end())
+      loaded_values[p] = read_loaded_tensor(*l->second, e.shape);
+  }
+  std::vector<float> flat(static_cast<size_t>(registry.total()));
+  const uint8_t* data = bytes.data() + header.data_offset;
+  for (size_t p = 0; p < registry.entries().size(); ++p) {
+    const auto& e = registry.entries()[p];
+    float* dst = flat.data() + e.offset;
+    if (loaded_by_name.count(e.name)) {
+      std::copy(loaded_values[p].begin(), loaded_values[p].end(), dst);
+      std::vector<float>().swap(loaded_values[p]);
+      continue;
+    }
+    const TensorEntry& t = *by_name.at(e.name);
+    if (q8 && e.shape.size() == 2) {
+      const TensorEntry& st = *by_name.at(e.name + suffix);
       std::vector<float> scale(static_cast<size_t>(e.shape[1]));
       std::memcpy(scale.data(), data + st.begin, scale.size() * sizeof(float));
       for (size_t i = 0; i < scale.size(); ++i)

@@ -26,6 +26,16 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
                                 std::span<const LoadedTensor> loaded = {},
                                 const std::string& weight_format = "float32");
 
+// read_weights on a file already in memory (`path` names it in refusals): the checks, in order,
+// are the file's structure (parse_safetensors), every tensor's name, dtype and shape against the
+// registry, and only then, once the file is known to hold the parameters, one allocation of the
+// configuration's size. A file too small for model.json's configuration is refused with both
+// sizes before that allocation.
+std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
+                                      const ModelConfig& config, const std::string& expected_sha256,
+                                      std::span<const LoadedTensor> loaded = {},
+                                      const std::string& weight_format = "float32");
+
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
 // registry order (so the data section is exactly the flat vector's bytes).
 // Parameters named in `omit` are left out of the file (a checkpoint's :load parameters).

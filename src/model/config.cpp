@@ -45,6 +45,21 @@ void ModelConfig::validate() const {
   require(std::isfinite(norm_eps) && norm_eps > 0.0f, "norm_eps must be a positive finite number");
   require(std::isfinite(rope_theta) && rope_theta > 1.0f, "rope_theta must be a finite number > 1");
   require(batch >= 1 && batch <= kMaxBatch, range("batch", batch, 1, kMaxBatch));
+  // Last, so that every dimension is in range and the count cannot overflow.
+  const int64_t count = parameter_count();
+  require(count <= max_parameters,
+          "the model has " + std::to_string(count) + " parameters, which need " +
+              std::to_string(count * 4) + " bytes as f32, more than the " +
+              std::to_string(max_parameters) + " parameters (" + std::to_string(max_parameters * 4) +
+              " bytes) lockstep builds, loads or trains");
+}
+
+int64_t ModelConfig::parameter_count() const {
+  // The registry's tensors (config.hpp): embed and head [vocab, d_model] each, final_norm, and
+  // per layer two norms, wq, wk, wv, wo and the three MLP matrices.
+  const int64_t d = d_model, ff = d_ff, q = q_dim(), kv = kv_dim(), v = vocab_size;
+  const int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff;
+  return 2 * v * d + d + int64_t{n_layers} * per_layer;
 }
 
 ParameterRegistry::ParameterRegistry(const ModelConfig& c) {
@@ -74,6 +89,8 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c) {
   }
   final_norm_ = add("final_norm", {d});
   head_ = add("head", {d, v});
+  if (total_ != c.parameter_count())
+    throw Error(ErrorKind::internal, "ModelConfig::parameter_count disagrees with the registry");
 }
 
 int64_t ParameterRegistry::find(std::string_view name) const {

@@ -167,8 +167,26 @@ Checkpoint read_checkpoint(const std::string& step_dir) {
   if (c.model.source.step != c.step)
     refuse(training_path, "step " + std::to_string(c.step) + " is not model.json's checkpoint step");
 
+  // Every field resume relies on is required and checked (FORMAT.md lets readers ignore fields
+  // they do not know, so a misspelled one must fail here, as missing, not pass unread).
+  const std::string slug = string_of(j, "slug", training_path);
+  if (c.model.source.slug != slug)
+    refuse(training_path, "slug '" + slug + "' is not model.json's checkpoint slug");
+  const json& ema = field(j, "ema_decay", training_path);
+  if (!ema.is_null()) {
+    if (!ema.is_number() || !(ema.get<double>() > 0.0 && ema.get<double>() < 1.0))
+      refuse(training_path, "field 'ema_decay' is neither null nor a number in (0, 1)");
+    c.ema_decay = ema.get<double>();
+  }
+  if (c.model.weights_averaged != (c.ema_decay > 0.0))
+    refuse(training_path, c.model.weights_averaged
+                              ? "ema_decay is null but model.json's weights are averaged"
+                              : "ema_decay is " + ema.dump() + " but model.json's weights are not averaged");
+
   const json& run_file = field(j, "run_file", training_path);
   if (!run_file.is_object()) refuse(training_path, "run_file is not an object");
+  if (string_of(run_file, "file", training_path) != kRunFileCopy)
+    refuse(training_path, std::string("run_file.file is not '") + kRunFileCopy + "'");
   c.run_text = format::read_text_file(step_dir + "/" + kRunFileCopy, size_t{1} << 20);
   if (sha256_hex(c.run_text.data(), c.run_text.size()) != string_of(run_file, "sha256", training_path))
     refuse(step_dir + "/" + kRunFileCopy, "its SHA-256 is not the one training.json records");
@@ -193,6 +211,8 @@ Checkpoint read_checkpoint(const std::string& step_dir) {
   }
   const json& optimizer = field(j, "optimizer", training_path);
   if (!optimizer.is_object()) refuse(training_path, "optimizer is not an object");
+  if (string_of(optimizer, "file", training_path) != kOptimizerFile)
+    refuse(training_path, std::string("optimizer.file is not '") + kOptimizerFile + "'");
   const std::string optimizer_path = step_dir + "/" + kOptimizerFile;
   read_optimizer(optimizer_path, config, c.state.m, c.state.v);
   if (sha256_f32_le(c.state.m) != string_of(optimizer, "m_sha256", training_path) ||

@@ -41,6 +41,9 @@ struct Checkpoint {
   TrainerState state;  // parameters: the trained weights; ema: the averages (empty without EMA)
   std::string run_text;
   std::vector<DataFileInfo> data;
+  // training.json's ema_decay as written (format::shortest_decimal of the run's :ema), the decay
+  // the averages were kept with; 0 without EMA.
+  double ema_decay = 0.0;
 };
 Checkpoint read_checkpoint(const std::string& step_dir);
 

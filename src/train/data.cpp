@@ -17,7 +17,8 @@ namespace {
 
 // Appends the whole file to `out`; returns its size.
 int64_t append_file(const std::string& path, std::vector<uint8_t>& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK so that a FIFO without a writer is refused below instead of hanging the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     std::string where;
@@ -31,7 +32,7 @@ int64_t append_file(const std::string& path, std::vector<uint8_t>& out) {
     throw Error(ErrorKind::io, "data file '" + path + "': " + std::strerror(err) + where);
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::fcntl(fd, F_SETFL, O_RDONLY) != 0) {
     ::close(fd);
     throw Error(ErrorKind::io, "data file '" + path + "' is not a regular file");
   }

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "format/atomic_write.hpp"
+#include "format/format_error.hpp"
 #include "format/model_json.hpp"
 #include "format/weights.hpp"
 #include "lockstep/error.hpp"
@@ -109,6 +110,15 @@ void check_resumable(const RunSpec& run, const Checkpoint& ck,
     throw Error(ErrorKind::invalid_argument,
                 head + (ck.state.ema.empty() ? "the checkpoint keeps no EMA but the run file sets :ema"
                                              : "the checkpoint keeps an EMA but the run file's :ema is 0"));
+  // The averages continue with the decay they were kept with (training.json's ema_decay),
+  // compared as written: the shortest decimal of the f32.
+  if (run.ema != 0.0f && format::shortest_decimal(run.ema) != ck.ema_decay) {
+    char was[32], now[32];
+    std::snprintf(was, sizeof(was), "%.9g", ck.ema_decay);
+    std::snprintf(now, sizeof(now), "%.9g", format::shortest_decimal(run.ema));
+    throw Error(ErrorKind::invalid_argument, head + "the checkpoint's averages were kept with :ema " + was +
+                                                 " (its training.json's ema_decay), the run file says :ema " + now);
+  }
   check_same_loads(ck.model.loaded, loaded, head);
   const auto& now = data.files();
   bool same_data = ck.data.size() == now.size();

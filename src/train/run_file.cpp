@@ -321,12 +321,8 @@ void check_together(Builder& b, SourcePos defrun) {
   } catch (const Error& e) {
     fail(b.file, defrun, std::string("the model configuration is invalid: ") + e.what());
   }
+  // validate() refused more than max_parameters, naming the bytes they would need.
   const ParameterRegistry registry(c);
-  constexpr int64_t kMaxParameters = int64_t{1} << 31;
-  if (registry.total() > kMaxParameters)
-    fail(b.file, where({"vocab-size", "d-model", "n-layers", "d-ff"}),
-         "the model has " + std::to_string(registry.total()) + " parameters, more than the " +
-             std::to_string(kMaxParameters) + " lockstep trains");
   if (b.spec.lr_min > b.spec.lr) fail(b.file, where({"lr", "lr-min"}), ":lr-min must not exceed :lr");
   if (b.spec.data.empty()) fail(b.file, defrun, "the run names no :data; give at least one byte file");
   std::set<std::string> frozen;

@@ -6,6 +6,7 @@
  *   test_c_api MODEL    (a model directory made by `lockstep init`, batch >= 2, length >= 8)
  *
  * Exits 1 when any check fails, listing each failure. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -413,6 +414,75 @@ static void test_trainer(const char* path) {
   lockstep_error_free(err);
 }
 
+/* Enum fields and arguments holding integers outside their lists (C lets any int live there):
+ * refused with INVALID_ARGUMENT naming the value, or named "unknown status", never undefined
+ * behaviour inside the library (the sanitizer stage of `./run test` runs this under UBSan). */
+static void test_out_of_range_enums(const char* path) {
+  static const int bad[] = {-1, 3, 4, 7, 16, 1000, INT_MIN, INT_MAX};
+  const size_t n_bad = sizeof(bad) / sizeof(bad[0]);
+  static const int bad_status[] = {-1, 9, 15, 16, 99, INT_MIN, INT_MAX};
+  for (size_t i = 0; i < sizeof(bad_status) / sizeof(bad_status[0]); ++i)
+    CHECK(strcmp(lockstep_status_name((lockstep_status)bad_status[i]), "unknown status") == 0);
+
+  lockstep_error* err = lockstep_error_create();
+  lockstep_model* model = NULL;
+  CHECK_OK(lockstep_model_load(path, NULL, &model, err), err);
+  if (!model) {
+    lockstep_error_free(err);
+    return;
+  }
+  const lockstep_config c = lockstep_model_config(model);
+  const int64_t n = lockstep_model_parameter_count(model);
+  int32_t ids[4];
+  fill_ids(ids, 4, 5);
+  float* logits = checked_malloc((size_t)(4 * c.vocab_size) * sizeof(float));
+  char expected[64];
+  for (size_t i = 0; i < n_bad; ++i) {
+    snprintf(expected, sizeof(expected), "device %d is not a lockstep_device", bad[i]);
+    lockstep_call_options call = lockstep_call_default_options();
+    call.device = (lockstep_device)bad[i];
+    CHECK(lockstep_model_logits(model, ids, 1, 4, NULL, logits, (int64_t)4 * c.vocab_size, &call, err) ==
+          LOCKSTEP_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(lockstep_error_message(err), expected));
+
+    lockstep_model_options options = lockstep_model_default_options();
+    options.device = (lockstep_device)bad[i];
+    lockstep_model* other = NULL;
+    CHECK(lockstep_model_load(path, &options, &other, err) == LOCKSTEP_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(lockstep_error_message(err), expected));
+    CHECK(other == NULL);
+
+    lockstep_trainer_options trainer_options = lockstep_trainer_default_options();
+    trainer_options.device = (lockstep_device)bad[i];
+    lockstep_trainer* trainer = NULL;
+    CHECK(lockstep_trainer_create(&c, lockstep_model_parameters(model), n, &trainer_options, &trainer, err) ==
+          LOCKSTEP_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(lockstep_error_message(err), expected));
+    CHECK(trainer == NULL);
+
+    snprintf(expected, sizeof(expected), "precision %d is not a lockstep_precision", bad[i]);
+    options = lockstep_model_default_options();
+    options.precision = (lockstep_precision)bad[i];
+    CHECK(lockstep_model_load(path, &options, &other, err) == LOCKSTEP_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(lockstep_error_message(err), expected));
+    CHECK(other == NULL);
+    CHECK(lockstep_model_from_parameters(&c, lockstep_model_parameters(model), n, &options, &other, err) ==
+          LOCKSTEP_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(lockstep_error_message(err), expected));
+    CHECK(other == NULL);
+
+    trainer_options = lockstep_trainer_default_options();
+    trainer_options.precision = (lockstep_precision)bad[i];
+    CHECK(lockstep_trainer_create(&c, lockstep_model_parameters(model), n, &trainer_options, &trainer, err) ==
+          LOCKSTEP_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(lockstep_error_message(err), expected));
+    CHECK(trainer == NULL);
+  }
+  free(logits);
+  lockstep_model_free(model);
+  lockstep_error_free(err);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s MODEL\n", argv[0]);
@@ -421,6 +491,7 @@ int main(int argc, char** argv) {
   test_errors();
   test_model(argv[1]);
   test_trainer(argv[1]);
+  test_out_of_range_enums(argv[1]);
   if (failures) {
     fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
     return 1;

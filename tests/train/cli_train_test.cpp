@@ -11,6 +11,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "core/rng.hpp"
@@ -173,56 +174,70 @@ TEST(CliTrain, KilledAtAnyMomentResumesToTheSameBits) {
                 .status,
             0);
 
+  // The test counts the kills it needs instead of hoping a timing yields them: rounds go on until
+  // kKills SIGKILLs have landed, at least one of them while a checkpoint was being written. The
+  // moments are observed on disk, not timed: in two rounds of three, a temporary step directory
+  // (a checkpoint being written), then 0-2 ms; in the third, the newest complete checkpoint
+  // advancing past the one the round started from (the next step being computed), then 0-2 ms.
+  // A run that reaches step 30 before enough kills (a fast or lucky machine) is rolled back one
+  // step, its step-00000030 removed, so that the next round has work left to interrupt: resuming
+  // from step 29 must give the same bits as well.
+  constexpr int kKills = 8;
+  constexpr uint64_t kMaxRounds = 300;
   const std::string ck = dir / "killed";
-  int kills = 0, kills_mid_write = 0;
-  for (uint64_t round = 0; round < 60; ++round) {
-    const bool resume = !list_checkpoint_steps(ck).empty();
+  auto newest = [&] {
+    const std::vector<int64_t> steps = list_checkpoint_steps(ck);
+    return steps.empty() ? int64_t{0} : steps.back();
+  };
+  int kills = 0, kills_mid_write = 0, rollbacks = 0;
+  uint64_t round = 0;
+  for (; round < kMaxRounds && (kills < kKills || kills_mid_write < 1); ++round) {
+    if (newest() == 30) {
+      std::filesystem::remove_all(ck + "/" + step_directory_name(30));
+      ++rollbacks;
+    }
+    const int64_t from = newest();
     std::vector<std::string> argv = {kBin, "train", run, "--checkpoint-dir", ck, "--cpu-cores", "1"};
-    if (resume) argv.push_back("--resume");
+    if (from > 0) argv.push_back("--resume");
     const pid_t pid = test::spawn(argv);
-    // Wait for a checkpoint being written (a temporary directory), then kill after 0-2 ms; in
-    // every third round kill at a random moment instead.
-    const auto began = std::chrono::steady_clock::now();
-    const bool at_random = round % 3 == 2;
+    const bool mid_write = round % 3 != 2;
     const auto delay = std::chrono::microseconds(random_below(2000, 17, 1, round));
+    const auto began = std::chrono::steady_clock::now();
     int status = 0;
     bool exited = false;
-    while (!exited) {
+    for (;;) {
       if (::waitpid(pid, &status, WNOHANG) == pid) {
         exited = true;
         break;
       }
-      const auto waited = std::chrono::steady_clock::now() - began;
-      if (at_random ? waited > std::chrono::milliseconds(20) + delay * 20 : !test::temporaries_in(ck).empty())
-        break;
-      if (waited > std::chrono::seconds(30)) break;
+      if (mid_write ? !test::temporaries_in(ck).empty() : newest() > from) break;
+      if (std::chrono::steady_clock::now() - began > std::chrono::seconds(60)) break;  // kill anyway
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     if (!exited) {
-      std::this_thread::sleep_for(at_random ? std::chrono::microseconds(0) : delay);
+      std::this_thread::sleep_for(delay);
       ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      exited = WIFEXITED(status);
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     }
-    if (exited) {
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      ++kills;
+      if (!test::temporaries_in(ck).empty()) ++kills_mid_write;
+      expect_complete_checkpoints_whole(ck);
+    } else {
+      // Finished before the kill landed: a clean exit, and no kill counted.
       ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
-      if (list_checkpoint_steps(ck).back() == 30) break;
-      continue;
-    }
-    ++kills;
-    if (!test::temporaries_in(ck).empty()) ++kills_mid_write;
-    expect_complete_checkpoints_whole(ck);
-    if (kills >= 12) {
-      // Enough: let the run finish.
-      const auto r =
-          test::run_command({kBin, "train", run, "--checkpoint-dir", ck, "--cpu-cores", "1", "--resume"});
-      ASSERT_EQ(r.status, 0) << r.err;
-      break;
     }
   }
-  std::printf("%d kills, %d while a checkpoint was being written\n", kills, kills_mid_write);
-  EXPECT_GE(kills, 6);
-  EXPECT_GE(kills_mid_write, 1) << "no kill landed while a checkpoint was being written";
+  std::printf("%d kills, %d while a checkpoint was being written, %d rollbacks, in %d rounds\n", kills,
+              kills_mid_write, rollbacks, static_cast<int>(round));
+  ASSERT_GE(kills, kKills) << "fewer kills than asked for in " << kMaxRounds << " rounds";
+  ASSERT_GE(kills_mid_write, 1) << "no kill landed while a checkpoint was being written";
+  // Let the run finish.
+  if (newest() != 30) {
+    const auto r =
+        test::run_command({kBin, "train", run, "--checkpoint-dir", ck, "--cpu-cores", "1", "--resume"});
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
   ASSERT_EQ(list_checkpoint_steps(ck).back(), 30);
   EXPECT_TRUE(test::temporaries_in(ck).empty());
   const auto want = test::checkpoint_files(dir / "straight/step-00000030");
