@@ -74,7 +74,8 @@ FastStep::FastStep(const ModelConfig& config, Precision precision, const std::st
 FastStep::~FastStep() = default;
 
 float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
-                                  std::span<const float> params, const int32_t* ids, int64_t rows, float* grad) {
+                                  std::span<const float> params, const int32_t* ids, int64_t rows, float* grad,
+                                  const BatchPart* part) {
   const ModelConfig& c = config_;
   const ParameterRegistry& reg = registry_;
   const simd::Kernels& k = *kernels_;
@@ -158,6 +159,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     targets[sz(r)] = ids[(r / L) * (L + 1) + r % L + 1];
     count += targets[sz(r)] != kIgnore;
   }
+  if (part) count = part->count;
+  const bool cont = part != nullptr && part->continued;  // chains over rows continue from grad
   const float countf = static_cast<float>(count);
   const float* p = params.data();
   Barrier barrier(nt);
@@ -354,7 +357,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     float* at_scratch = ws.at_scratch.get() + static_cast<int64_t>(w) * ws.at_floats;
     auto weight_grad = [&](const float* xs, int64_t K, float* dw) {
       const PackedMatrix& dy = ws.dy_packed[dy_read];
-      matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n);
+      matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n, cont);
     };
     // dx [r0, r1) = dy [r0, r1) @ W^T (packed); dy rounded under bf16 (emit_rows has left it so).
     auto input_grad = [&](int64_t r0, int64_t r1, const float* dy, int64_t N, const PackedMatrix& wt, float* dxo) {
@@ -372,7 +375,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     // columns; dxn keeps the norm's dy until then.
     auto norm_weight = [&](const float* xs, const float* inv, float* dw) {
       const auto [i0, i1] = static_range(d, w, n);
-      k.rmsnorm_backward_weight(xs, inv, ws.dxn.get(), dw, R, d, i0, i1);
+      (cont ? k.rmsnorm_backward_weight_continue : k.rmsnorm_backward_weight)(xs, inv, ws.dxn.get(), dw, R, d, i0,
+                                                                               i1);
     };
     // Scatters wtemp [K, sum N_i] into the gradients of the parts, after the barrier that
     // completes wtemp; wtemp is next written two barriers later.
@@ -387,6 +391,24 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
           col += N;
         }
       }
+    };
+
+    // Continuing chains: wtemp [K, sum N_i] first takes the parts' accumulators (after every
+    // reader of its last use, which the phase barrier before each call below follows), then a
+    // barrier, then weight_grad continues them.
+    auto gather = [&](int64_t K, std::initializer_list<std::pair<const float*, int64_t>> parts) {
+      if (!cont) return;
+      int64_t total = 0;
+      for (const auto& part_ : parts) total += part_.second;
+      const auto [k0, k1] = static_range(K, w, n);
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        int64_t col = 0;
+        for (const auto& [src, N] : parts) {
+          std::copy_n(src + kk * N, N, ws.wtemp.get() + kk * total + col);
+          col += N;
+        }
+      }
+      barrier.wait();
     };
 
     weight_grad(ws.xnf.get(), d, grad + reg.head());
@@ -418,6 +440,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
+      gather(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
       weight_grad(a.xn2.get(), d, ws.wtemp.get());
       begin_emit(d);
       for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -458,6 +481,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
+      gather(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
       weight_grad(a.xn1.get(), d, ws.wtemp.get());
       if (l > 0) begin_emit(d);
       for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -474,7 +498,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     {
       const auto [v0, v1] = static_range(V, w, n);
       float* de = grad + reg.embed();
-      std::fill(de + v0 * d, de + v1 * d, 0.0f);
+      if (!cont) std::fill(de + v0 * d, de + v1 * d, 0.0f);
       for (int64_t r = 0; r < R; ++r) {
         const int32_t id = inputs[sz(r)];
         if (id >= v0 && id < v1) k.add(de + static_cast<int64_t>(id) * d, ws.dx.get() + r * d, d);
@@ -482,10 +506,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     }
   });
 
-  float total = 0.0f;
+  float total = part ? part->total : 0.0f;
   for (int64_t r = 0; r < R; ++r)
     if (targets[sz(r)] != kIgnore) total = total + ws.losses[sz(r)];
-  return total / countf;
+  return part ? total : total / countf;
 }
 
 }  // namespace lockstep::train

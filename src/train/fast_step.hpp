@@ -24,9 +24,22 @@ class FastStep {
   FastStep(const ModelConfig& config, Precision precision, const std::string& simd_target);
   ~FastStep();
 
-  // As reference_loss_and_gradient<float>, bit for bit, on `threads` workers of `pool`.
+  // One rank's block of a data-parallel batch (train/distributed.hpp): `count`, the counted
+  // targets of the whole batch (the loss's divisor); with `continued`, grad holds the
+  // accumulators of every chain over rows as the rows before this block left them, and each
+  // chain (weight, norm-weight and embedding gradients) continues from them in row order.
+  struct BatchPart {
+    int64_t count = 0;
+    bool continued = false;
+    float total = 0.0f;  // the loss total's chain before this block; the call continues it
+  };
+
+  // As reference_loss_and_gradient<float>, bit for bit, on `threads` workers of `pool`. With a
+  // `part`, the rows are that block of a larger batch and the return is part->total continued
+  // over them (the sum, not yet divided by the count).
   float loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
-                          std::span<const float> params, const int32_t* ids, int64_t rows, float* grad);
+                          std::span<const float> params, const int32_t* ids, int64_t rows, float* grad,
+                          const BatchPart* part = nullptr);
 
   // The SIMD target this step runs (also the optimizer's passes on the fast path).
   const simd::Kernels& kernels() const { return *kernels_; }
