@@ -22,6 +22,9 @@ class Distributed {
   // Blocking: n floats from rank() - 1, and to rank() + 1.
   virtual void receive_from_previous(float* data, int64_t n) = 0;
   virtual void send_to_next(const float* data, int64_t n) = 0;
+  // Non-blocking: n floats to rank() + 1, which must stay unchanged until wait_posted().
+  virtual void post_to_next(const float* data, int64_t n) = 0;
+  virtual void wait_posted() = 0;
   // `bytes` bytes of rank `root`'s buffer into every rank's.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // Rank 0: every rank's value, in rank order; the other ranks: empty.
@@ -44,6 +47,8 @@ class SingleRank final : public Distributed {
   int size() const override { return 1; }
   void receive_from_previous(float*, int64_t) override;
   void send_to_next(const float*, int64_t) override;
+  void post_to_next(const float* data, int64_t n) override { send_to_next(data, n); }
+  void wait_posted() override {}
   void broadcast(void*, int64_t, int) override {}
   std::vector<int64_t> gather_to_root(int64_t value) override { return {value}; }
   [[noreturn]] void abort(const std::string& message, bool every_rank_knows) override;

@@ -73,6 +73,18 @@ FastStep::FastStep(const ModelConfig& config, Precision precision, const std::st
 
 FastStep::~FastStep() = default;
 
+std::vector<std::pair<int64_t, int64_t>> FastStep::backward_blocks(const ModelConfig& config) {
+  const ParameterRegistry reg(config);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  out.push_back({reg.final_norm(), reg.total() - reg.final_norm()});  // final_norm, head
+  for (int32_t l = config.n_layers - 1; l >= 0; --l) {  // one layer's tensors are contiguous
+    const int64_t end = l + 1 < config.n_layers ? reg.layer(l + 1).attn_norm : reg.final_norm();
+    out.push_back({reg.layer(l).attn_norm, end - reg.layer(l).attn_norm});
+  }
+  out.push_back({reg.embed(), int64_t{config.vocab_size} * config.d_model});
+  return out;
+}
+
 float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
                                   std::span<const float> params, const int32_t* ids, int64_t rows, float* grad,
                                   const BatchPart* part) {
@@ -164,6 +176,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   const float countf = static_cast<float>(count);
   const float* p = params.data();
   Barrier barrier(nt);
+  // Pipelined chains: between two barriers, worker 0 sends block `sent` (final here) and
+  // receives block `wanted` (to continue here); -1: none.
+  const bool linked = part != nullptr && (part->receive || part->send);
+  const size_t n_blocks = linked ? backward_blocks(c).size() : 0;
 
   pool.run(nt, [&](int w, int n) {
     // ---- pack the weights: W for the forward, W^T for the backward ----
@@ -411,6 +427,17 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
     };
 
+    auto hand_over = [&](int64_t sent, int64_t wanted) {
+      if (!linked) return;
+      barrier.wait();
+      if (w == 0) {
+        if (sent >= 0 && part->send) part->send(static_cast<size_t>(sent));
+        if (wanted >= 0 && cont && part->receive) part->receive(static_cast<size_t>(wanted));
+      }
+      barrier.wait();
+    };
+
+    hand_over(-1, 0);
     weight_grad(ws.xnf.get(), d, grad + reg.head());
     begin_emit(d);
     for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -428,6 +455,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       const Workspace::Cache& a = ws.cache[sz(l)];
       float* dgu = ws.dwide.get();   // [R, 2 ff] = [dgate | dup]
       float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
+      const int64_t block = c.n_layers - l;  // this layer's in backward_blocks
+      hand_over(block - 1, block);
       // x_out = x_mid + h @ w_down
       weight_grad(a.h.get(), ff, grad + lw.w_down);
       begin_emit(2 * ff);
@@ -495,6 +524,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       norm_weight(a.x_in.get(), a.inv1.get(), grad + lw.attn_norm);
     }
     // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.
+    hand_over(c.n_layers, c.n_layers + 1);
     {
       const auto [v0, v1] = static_range(V, w, n);
       float* de = grad + reg.embed();
@@ -506,6 +536,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     }
   });
 
+  if (linked) {
+    if (part->send) part->send(n_blocks - 1);  // embed
+    if (cont && part->receive) part->receive(n_blocks);  // the loss total, into part->total
+  }
   float total = part ? part->total : 0.0f;
   for (int64_t r = 0; r < R; ++r)
     if (targets[sz(r)] != kIgnore) total = total + ws.losses[sz(r)];

@@ -119,19 +119,38 @@ struct Trainer::Impl {
     train::FastStep::BatchPart part;
     for (int64_t b = 0; b < ids.rows; ++b)
       for (int64_t t = 1; t < ids.cols; ++t) part.count += ids.at(b, t) != kIgnore;
-    // grad and the loss total travel as one message of size + 1 floats.
+    // The gradient and the loss total travel in size + 1 floats, block by block of
+    // FastStep::backward_blocks() as the backward finishes them (the total last), so that a
+    // rank continues a block's chains while the rank before is still computing later blocks.
     chain.resize(static_cast<size_t>(size + 1));
     float* buffer = chain.data();
-    if (r > 0) {
-      net.receive_from_previous(buffer, size + 1);
-      part.continued = b0 > 0;  // some rank before has rows; else nothing to continue
-      part.total = part.continued ? buffer[size] : 0.0f;
-    }
+    const std::vector<std::pair<int64_t, int64_t>> blocks = train::FastStep::backward_blocks(config);
+    auto region = [&](size_t i) {
+      return i < blocks.size() ? blocks[i] : std::pair<int64_t, int64_t>{size, 1};
+    };
+    part.continued = r > 0;  // rank 0 always has rows (rank_rows gives the first ranks more)
+    if (r > 0)
+      part.receive = [&](size_t i) {
+        const auto [offset, count] = region(i);
+        net.receive_from_previous(buffer + offset, count);
+        if (i == blocks.size()) part.total = buffer[size];
+      };
+    if (r + 1 < n)
+      part.send = [&](size_t i) {
+        const auto [offset, count] = region(i);
+        net.post_to_next(buffer + offset, count);
+      };
     if (b1 > b0) {
       buffer[size] = fast->loss_and_gradient(*pool, threads(), rope, params, ids.data + b0 * ids.cols, b1 - b0, buffer,
                                              &part);
+      if (part.send) part.send(blocks.size());
+    } else {  // no rows here: pass every block on as it comes
+      for (size_t i = 0; i <= blocks.size(); ++i) {
+        part.receive(i);
+        if (part.send) part.send(i);
+      }
     }
-    if (r + 1 < n) net.send_to_next(buffer, size + 1);
+    net.wait_posted();  // before the broadcast overwrites what was sent
     net.broadcast(buffer, (size + 1) * static_cast<int64_t>(sizeof(float)), n - 1);
     std::copy(buffer, buffer + size, out_grad);
     return buffer[size] / static_cast<float>(part.count);

@@ -60,6 +60,25 @@ class MpiRanks final : public Distributed {
     bytes_sent += n * static_cast<int64_t>(sizeof(float));
   }
 
+  void post_to_next(const float* data, int64_t n) override {
+    for (int64_t i = 0; i < n; i += kPiece) {
+      MPI_Request request;
+      check(MPI_Isend(data + i, static_cast<int>(std::min(kPiece, n - i)), MPI_FLOAT, rank_ + 1, kChainTag,
+                      MPI_COMM_WORLD, &request),
+            "MPI_Isend of the gradient chain");
+      posted_.push_back(request);
+    }
+    bytes_sent += n * static_cast<int64_t>(sizeof(float));
+  }
+
+  void wait_posted() override {
+    const Clock::time_point t0 = Clock::now();
+    if (!posted_.empty())
+      check(MPI_Waitall(static_cast<int>(posted_.size()), posted_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    posted_.clear();
+    seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
   void broadcast(void* data, int64_t bytes, int root) override {
     const Clock::time_point t0 = Clock::now();
     char* p = static_cast<char*>(data);
@@ -94,6 +113,7 @@ class MpiRanks final : public Distributed {
 
  private:
   int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> posted_;
 };
 
 bool under_launcher() {
