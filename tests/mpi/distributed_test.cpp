@@ -232,5 +232,23 @@ TEST(MpiTrain, RanksThatDisagreeRefuseToStartSayingWhich) {
   EXPECT_EQ(::access((dir / "ck/step-00000002").c_str(), F_OK), -1);
 }
 
+// A rank that fails on its own (here its run file names data that is missing) ends the whole
+// job non-zero, naming its rank and the reason; nothing is written.
+TEST(MpiTrain, ARankThatFailsEndsTheJobNamingItsRank) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  const std::string run = test::write_tiny_run(dir, kKeys);
+  test::write_file(dir / "run0.sx", test::read_file(run));
+  test::write_file(dir / "run2.sx", test::read_file(run));
+  test::write_file(dir / "run1.sx", test::tiny_run_text(dir / "missing.txt", kKeys));
+  std::string command = "exec";
+  for (const std::string& a : train(dir / "run$OMPI_COMM_WORLD_RANK.sx", dir / "ck"))
+    command += a.find('$') != std::string::npos ? " \"" + a + "\"" : " '" + a + "'";
+  const auto r = test::run_command(launch(3, {"/bin/sh", "-c", command}));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("lockstep train: rank 1 of 3: data file"), std::string::npos) << r.err;
+  EXPECT_EQ(::access((dir / "ck/step-00000002").c_str(), F_OK), -1);
+}
+
 }  // namespace
 }  // namespace lockstep
