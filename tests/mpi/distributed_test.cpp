@@ -102,6 +102,54 @@ TEST(ContinuedChains, FastStepOverBlocksOfRowsEqualsTheWholeBatch) {
   }
 }
 
+// The pipelined form in one process: the blocks run one after another over one buffer, so the
+// hooks only check the order (every block received and sent once, in increasing order, the loss
+// total last) and hand over the total; the bits are the whole batch's.
+TEST(ContinuedChains, PipelinedHooksComeInBackwardOrderAndKeepTheBits) {
+  ModelConfig c = test::tiny_config(8);
+  c.batch = 4;
+  const std::vector<float> params = init_parameters(c, 12);
+  const std::vector<int32_t> ids = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 13);
+  const train::RopeTables<float> rope(c);
+  const auto pool = make_thread_pool(2);
+  const int64_t n = ParameterRegistry(c).total();
+  const size_t blocks = train::FastStep::backward_blocks(c).size();
+  ASSERT_EQ(blocks, static_cast<size_t>(c.n_layers) + 2);
+  int64_t covered = 0;
+  for (const auto& [offset, count] : train::FastStep::backward_blocks(c)) covered += count;
+  EXPECT_EQ(covered, n);
+  std::vector<float> whole(static_cast<size_t>(n));
+  const float loss = train::FastStep(c, Precision::f32, "")
+                         .loss_and_gradient(*pool, 2, rope, params, ids.data(), c.batch, whole.data());
+  std::vector<float> grad(static_cast<size_t>(n), 5.0f);
+  float carried = 0.0f;
+  for (int r = 0; r < 3; ++r) {
+    const auto [b0, b1] = train::rank_rows(c.batch, r, 3);
+    std::vector<size_t> received, sent;
+    train::FastStep::BatchPart part;
+    part.count = c.batch * c.length;
+    part.continued = r > 0;
+    part.receive = [&](size_t i) {
+      received.push_back(i);
+      if (i == blocks) part.total = carried;
+    };
+    part.send = [&](size_t i) { sent.push_back(i); };
+    train::FastStep step(c, Precision::f32, "");
+    carried = step.loss_and_gradient(*pool, 2, rope, params, ids.data() + b0 * (c.length + 1), b1 - b0, grad.data(),
+                                     &part);
+    std::vector<size_t> want_received, want_sent;
+    for (size_t i = 0; i < blocks; ++i) want_sent.push_back(i);
+    if (r > 0) {
+      want_received = want_sent;
+      want_received.push_back(blocks);
+    }
+    EXPECT_EQ(received, want_received) << "rank " << r;
+    EXPECT_EQ(sent, want_sent) << "rank " << r;
+  }
+  EXPECT_TRUE(test::same_bits(whole, grad));
+  EXPECT_EQ(std::bit_cast<uint32_t>(loss), std::bit_cast<uint32_t>(carried / static_cast<float>(c.batch * c.length)));
+}
+
 TEST(RankRows, ContiguousBlocksInRankOrder) {
   EXPECT_EQ(train::rank_rows(5, 0, 2), (std::pair<int64_t, int64_t>{0, 3}));
   EXPECT_EQ(train::rank_rows(5, 1, 2), (std::pair<int64_t, int64_t>{3, 5}));
