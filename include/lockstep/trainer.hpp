@@ -14,6 +14,10 @@
 
 namespace lockstep {
 
+namespace train {
+class Distributed;  // the ranks of a data-parallel job (src/train/distributed.hpp)
+}
+
 struct AdamWOptions {
   float lr = 1e-3f;  // the rate train_step uses when the call gives none
   float beta1 = 0.9f;
@@ -37,6 +41,11 @@ struct TrainerOptions {
   // computed but AdamW leaves them, and their moments, as they are.
   std::vector<std::string> frozen;
   std::string simd_target;  // as ModelOptions::simd_target
+  // Data-parallel training (run_training sets it under mpirun): each rank computes its block of
+  // the batch's rows and the gradient's chains pass from rank to rank in row order, so every
+  // rank holds the single process's gradient bits. Null or one rank: the whole batch here.
+  // The fast device only.
+  std::shared_ptr<train::Distributed> ranks;
 };
 
 // Everything a step reads and writes, for checkpoints and resuming.

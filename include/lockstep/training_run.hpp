@@ -132,6 +132,12 @@ struct RunResult {
   std::string last_checkpoint;         // the step directory of last_step
   std::optional<float> held_out_loss;  // the last evaluation's
   bool stopped = false;  // RunOptions::stop ended the run at last_step, before the step asked for
+  // Data-parallel training under mpirun (docs/TRAINING.md, "Training on a cluster"): this
+  // process's rank of `ranks` (0 of 1 alone; only rank 0 writes and reports), the bytes it sent
+  // and the seconds it waited for the other ranks over the run.
+  int rank = 0, ranks = 1;
+  int64_t bytes_sent = 0;
+  double seconds_waiting = 0.0;
 };
 
 // Trains `run` into `checkpoint_dir` (created when missing): see docs/TRAINING.md. Refuses a

@@ -181,6 +181,7 @@ Run add_train(CLI::App& app) {
     }
     progress.end_line();
     std::fflush(stdout);
+    if (result.rank != 0) return result.stopped ? 128 + (stop_signal.load() == SIGTERM ? SIGTERM : SIGINT) : 0;
     if (result.stopped) {
       const int sig = stop_signal.load();
       // The command that continues this run: the program as it was called, the same run file,
@@ -211,6 +212,9 @@ Run add_train(CLI::App& app) {
       std::printf("\n");
     }
     std::printf("  model       %s\n", result.last_checkpoint.c_str());
+    if (result.ranks > 1)
+      std::printf("  ranks       %d; rank 0 sent %lld bytes and waited %.3f s for the others\n", result.ranks,
+                  static_cast<long long>(result.bytes_sent), result.seconds_waiting);
     return 0;
   };
 }

@@ -73,8 +73,21 @@ FastStep::FastStep(const ModelConfig& config, Precision precision, const std::st
 
 FastStep::~FastStep() = default;
 
+std::vector<std::pair<int64_t, int64_t>> FastStep::backward_blocks(const ModelConfig& config) {
+  const ParameterRegistry reg(config);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  out.push_back({reg.final_norm(), reg.total() - reg.final_norm()});  // final_norm, head
+  for (int32_t l = config.n_layers - 1; l >= 0; --l) {  // one layer's tensors are contiguous
+    const int64_t end = l + 1 < config.n_layers ? reg.layer(l + 1).attn_norm : reg.final_norm();
+    out.push_back({reg.layer(l).attn_norm, end - reg.layer(l).attn_norm});
+  }
+  out.push_back({reg.embed(), int64_t{config.vocab_size} * config.d_model});
+  return out;
+}
+
 float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
-                                  std::span<const float> params, const int32_t* ids, int64_t rows, float* grad) {
+                                  std::span<const float> params, const int32_t* ids, int64_t rows, float* grad,
+                                  const BatchPart* part) {
   const ModelConfig& c = config_;
   const ParameterRegistry& reg = registry_;
   const simd::Kernels& k = *kernels_;
@@ -158,9 +171,15 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     targets[sz(r)] = ids[(r / L) * (L + 1) + r % L + 1];
     count += targets[sz(r)] != kIgnore;
   }
+  if (part) count = part->count;
+  const bool cont = part != nullptr && part->continued;  // chains over rows continue from grad
   const float countf = static_cast<float>(count);
   const float* p = params.data();
   Barrier barrier(nt);
+  // Pipelined chains: between two barriers, worker 0 sends block `sent` (final here) and
+  // receives block `wanted` (to continue here); -1: none.
+  const bool linked = part != nullptr && (part->receive || part->send);
+  const size_t n_blocks = linked ? backward_blocks(c).size() : 0;
 
   pool.run(nt, [&](int w, int n) {
     // ---- pack the weights: W for the forward, W^T for the backward ----
@@ -354,7 +373,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     float* at_scratch = ws.at_scratch.get() + static_cast<int64_t>(w) * ws.at_floats;
     auto weight_grad = [&](const float* xs, int64_t K, float* dw) {
       const PackedMatrix& dy = ws.dy_packed[dy_read];
-      matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n);
+      matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n, cont);
     };
     // dx [r0, r1) = dy [r0, r1) @ W^T (packed); dy rounded under bf16 (emit_rows has left it so).
     auto input_grad = [&](int64_t r0, int64_t r1, const float* dy, int64_t N, const PackedMatrix& wt, float* dxo) {
@@ -372,7 +391,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     // columns; dxn keeps the norm's dy until then.
     auto norm_weight = [&](const float* xs, const float* inv, float* dw) {
       const auto [i0, i1] = static_range(d, w, n);
-      k.rmsnorm_backward_weight(xs, inv, ws.dxn.get(), dw, R, d, i0, i1);
+      (cont ? k.rmsnorm_backward_weight_continue : k.rmsnorm_backward_weight)(xs, inv, ws.dxn.get(), dw, R, d, i0,
+                                                                               i1);
     };
     // Scatters wtemp [K, sum N_i] into the gradients of the parts, after the barrier that
     // completes wtemp; wtemp is next written two barriers later.
@@ -389,6 +409,35 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       }
     };
 
+    // Continuing chains: wtemp [K, sum N_i] first takes the parts' accumulators (after every
+    // reader of its last use, which the phase barrier before each call below follows), then a
+    // barrier, then weight_grad continues them.
+    auto gather = [&](int64_t K, std::initializer_list<std::pair<const float*, int64_t>> parts) {
+      if (!cont) return;
+      int64_t total = 0;
+      for (const auto& part_ : parts) total += part_.second;
+      const auto [k0, k1] = static_range(K, w, n);
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        int64_t col = 0;
+        for (const auto& [src, N] : parts) {
+          std::copy_n(src + kk * N, N, ws.wtemp.get() + kk * total + col);
+          col += N;
+        }
+      }
+      barrier.wait();
+    };
+
+    auto hand_over = [&](int64_t sent, int64_t wanted) {
+      if (!linked) return;
+      barrier.wait();
+      if (w == 0) {
+        if (sent >= 0 && part->send) part->send(static_cast<size_t>(sent));
+        if (wanted >= 0 && cont && part->receive) part->receive(static_cast<size_t>(wanted));
+      }
+      barrier.wait();
+    };
+
+    hand_over(-1, 0);
     weight_grad(ws.xnf.get(), d, grad + reg.head());
     begin_emit(d);
     for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -406,6 +455,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       const Workspace::Cache& a = ws.cache[sz(l)];
       float* dgu = ws.dwide.get();   // [R, 2 ff] = [dgate | dup]
       float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
+      const int64_t block = c.n_layers - l;  // this layer's in backward_blocks
+      hand_over(block - 1, block);
       // x_out = x_mid + h @ w_down
       weight_grad(a.h.get(), ff, grad + lw.w_down);
       begin_emit(2 * ff);
@@ -418,6 +469,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
+      gather(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
       weight_grad(a.xn2.get(), d, ws.wtemp.get());
       begin_emit(d);
       for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -458,6 +510,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
+      gather(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
       weight_grad(a.xn1.get(), d, ws.wtemp.get());
       if (l > 0) begin_emit(d);
       for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -471,10 +524,11 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       norm_weight(a.x_in.get(), a.inv1.get(), grad + lw.attn_norm);
     }
     // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.
+    hand_over(c.n_layers, c.n_layers + 1);
     {
       const auto [v0, v1] = static_range(V, w, n);
       float* de = grad + reg.embed();
-      std::fill(de + v0 * d, de + v1 * d, 0.0f);
+      if (!cont) std::fill(de + v0 * d, de + v1 * d, 0.0f);
       for (int64_t r = 0; r < R; ++r) {
         const int32_t id = inputs[sz(r)];
         if (id >= v0 && id < v1) k.add(de + static_cast<int64_t>(id) * d, ws.dx.get() + r * d, d);
@@ -482,10 +536,14 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     }
   });
 
-  float total = 0.0f;
+  if (linked) {
+    if (part->send) part->send(n_blocks - 1);  // embed
+    if (cont && part->receive) part->receive(n_blocks);  // the loss total, into part->total
+  }
+  float total = part ? part->total : 0.0f;
   for (int64_t r = 0; r < R; ++r)
     if (targets[sz(r)] != kIgnore) total = total + ws.losses[sz(r)];
-  return total / countf;
+  return part ? total : total / countf;
 }
 
 }  // namespace lockstep::train

@@ -6,6 +6,7 @@
 // only outputs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,14 +25,38 @@ class FastStep {
   FastStep(const ModelConfig& config, Precision precision, const std::string& simd_target);
   ~FastStep();
 
-  // As reference_loss_and_gradient<float>, bit for bit, on `threads` workers of `pool`.
+  // One rank's block of a data-parallel batch (train/distributed.hpp): `count`, the counted
+  // targets of the whole batch (the loss's divisor); with `continued`, grad holds the
+  // accumulators of every chain over rows as the rows before this block left them, and each
+  // chain (weight, norm-weight and embedding gradients) continues from them in row order.
+  //
+  // Pipelined (`receive` and `send` set): the accumulators travel block by block of
+  // backward_blocks() instead of whole. receive(i) is called (by one worker, the others
+  // waiting) just before block i's chains continue here, send(i) once they are final here, in
+  // increasing i; i == backward_blocks().size() stands for the loss total, which receive() must
+  // write to `total` (sent by the caller, from the return value).
+  struct BatchPart {
+    int64_t count = 0;
+    bool continued = false;
+    float total = 0.0f;  // the loss total's chain before this block; the call continues it
+    std::function<void(size_t)> receive, send;
+  };
+
+  // As reference_loss_and_gradient<float>, bit for bit, on `threads` workers of `pool`. With a
+  // `part`, the rows are that block of a larger batch and the return is part->total continued
+  // over them (the sum, not yet divided by the count).
   float loss_and_gradient(ThreadPool& pool, int threads, const RopeTables<float>& rope,
-                          std::span<const float> params, const int32_t* ids, int64_t rows, float* grad);
+                          std::span<const float> params, const int32_t* ids, int64_t rows, float* grad,
+                          const BatchPart* part = nullptr);
 
   // The SIMD target this step runs (also the optimizer's passes on the fast path).
   const simd::Kernels& kernels() const { return *kernels_; }
 
   struct Workspace;
+
+  // [offset, offset + count) of the gradient, in the order the backward finishes them:
+  // final_norm and head, then each layer's tensors from the last layer down, then embed.
+  static std::vector<std::pair<int64_t, int64_t>> backward_blocks(const ModelConfig& config);
 
  private:
   ModelConfig config_;

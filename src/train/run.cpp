@@ -25,7 +25,9 @@
 #include "lockstep/format.hpp"
 #include "lockstep/training_run.hpp"
 #include "train/checkpoint.hpp"
+#include "core/sha256.hpp"
 #include "train/data.hpp"
+#include "train/distributed.hpp"
 #include "train/evaluate.hpp"
 #include "train/frozen_loads.hpp"
 #include "train/metrics.hpp"
@@ -149,11 +151,64 @@ std::string newest_text(const std::vector<int64_t>& steps) {
              : "the newest complete checkpoint, step " + std::to_string(steps.back()) + ", is intact";
 }
 
+// Data-parallel: every rank must run the same computation. Rank 0's SHA-256s of what each rank
+// read are broadcast; every rank compares its own, sends which differ to rank 0, and rank 0
+// broadcasts the verdict; a disagreement ends the job on every rank, naming the ranks and what.
+void check_ranks_agree(Distributed& net, const RunSpec& run, const TrainingData& data, const RunOptions& options) {
+  std::string data_text;
+  for (const auto& f : data.files())
+    data_text += f.path + "\n" + std::to_string(f.bytes) + "\n" + f.sha256 + "\n";
+  const ModelConfig& c = run.model;
+  const std::string model_text =
+      std::to_string(c.vocab_size) + "," + std::to_string(c.length) + "," + std::to_string(c.d_model) + "," +
+      std::to_string(c.n_layers) + "," + std::to_string(c.n_heads) + "," + std::to_string(c.n_kv_heads) + "," +
+      std::to_string(c.d_ff) + "," + std::to_string(c.batch) + "," + std::to_string(std::bit_cast<uint32_t>(c.norm_eps)) +
+      "," + std::to_string(std::bit_cast<uint32_t>(c.rope_theta));
+  const std::string profile = std::string(profile_name()) + " " + precision_name(run.precision);
+  const std::string command = "steps " + std::to_string(options.steps.value_or(run.steps)) +
+                              (options.resume ? " resume" : " fresh") + " device " +
+                              std::to_string(static_cast<int>(options.device));
+  const char* what[] = {"run file", "data (SHA-256 of the files)", "build profile", "model configuration",
+                        "command line (--steps, --resume, --device)"};
+  const std::string texts[] = {run.text, data_text, profile, model_text, command};
+  constexpr int kItems = 5;
+  char mine[kItems * 64], root[kItems * 64];
+  for (int i = 0; i < kItems; ++i) {
+    const std::string h = sha256_hex(texts[i].data(), texts[i].size());
+    std::copy_n(h.data(), 64, mine + i * 64);
+  }
+  std::copy_n(mine, sizeof(mine), root);
+  net.broadcast(root, sizeof(root), 0);
+  int64_t differs = 0;
+  for (int i = 0; i < kItems; ++i)
+    if (!std::equal(mine + i * 64, mine + (i + 1) * 64, root + i * 64)) differs |= int64_t{1} << i;
+  const std::vector<int64_t> all = net.gather_to_root(differs);
+  std::string verdict;
+  for (size_t r = 0; r < all.size(); ++r)
+    for (int i = 0; i < kItems; ++i)
+      if (all[r] & (int64_t{1} << i))
+        verdict += std::string(verdict.empty() ? "" : "; ") + "rank " + std::to_string(r) + "'s " + what[i] +
+                   " differs from rank 0's";
+  int64_t length = static_cast<int64_t>(verdict.size());
+  net.broadcast(&length, sizeof(length), 0);
+  verdict.resize(static_cast<size_t>(length));
+  if (length > 0) net.broadcast(verdict.data(), length, 0);
+  if (length > 0)
+    net.abort("the ranks disagree, so none starts: " + verdict + " (every rank must read the same run file and data, "
+              "with the same build and options)", true);
+}
+
 }  // namespace
 }  // namespace train
 
-RunResult run_training(const RunSpec& run, const std::string& dir, const RunOptions& options) {
+namespace {
+
+RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptions& options,
+                      const std::shared_ptr<train::Distributed>& ranks) {
   using namespace train;
+  Distributed& net = *ranks;
+  // Rank 0 alone takes the lock and writes checkpoints and metrics; every rank trains.
+  const bool root = net.rank() == 0, several = net.size() > 1;
   const int64_t last = options.steps.value_or(run.steps);
   if (last < 1 || last > 1000000000)
     throw Error(ErrorKind::invalid_argument, "steps must be in [1, 1000000000], got " + std::to_string(last));
@@ -169,21 +224,28 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
   FrozenLoads frozen = read_frozen_loads(run, registry);
   const std::vector<format::LoadedTensor>& loaded = frozen.recorded;
   std::vector<std::vector<float>>& loaded_values = frozen.values;
+  if (several) check_ranks_agree(net, run, data, options);
 
-  if (options.resume && !format::is_directory(dir))
-    throw Error(ErrorKind::invalid_argument,
-                "'" + dir + "' is not a directory of checkpoints to resume from; start the run without --resume");
-  make_directories(dir);
-  DirectoryLock lock(dir);
-  remove_stale_temporaries(dir);
-  std::vector<int64_t> existing = list_checkpoint_steps(dir);
-  if (!options.resume && !existing.empty())
-    throw Error(ErrorKind::invalid_argument,
-                "'" + dir + "' already holds checkpoints (newest: step " + std::to_string(existing.back()) +
-                    "); continue them with --resume, or choose another --checkpoint-dir");
-  if (options.resume && existing.empty())
-    throw Error(ErrorKind::invalid_argument,
-                "'" + dir + "' holds no complete checkpoint to resume from; start the run without --resume");
+  std::optional<DirectoryLock> lock;
+  int64_t resume_step = 0;  // rank 0's choice, broadcast: the other ranks read that checkpoint
+  if (root) {
+    if (options.resume && !format::is_directory(dir))
+      throw Error(ErrorKind::invalid_argument,
+                  "'" + dir + "' is not a directory of checkpoints to resume from; start the run without --resume");
+    make_directories(dir);
+    lock.emplace(dir);
+    remove_stale_temporaries(dir);
+    const std::vector<int64_t> existing = list_checkpoint_steps(dir);
+    if (!options.resume && !existing.empty())
+      throw Error(ErrorKind::invalid_argument,
+                  "'" + dir + "' already holds checkpoints (newest: step " + std::to_string(existing.back()) +
+                      "); continue them with --resume, or choose another --checkpoint-dir");
+    if (options.resume && existing.empty())
+      throw Error(ErrorKind::invalid_argument,
+                  "'" + dir + "' holds no complete checkpoint to resume from; start the run without --resume");
+    if (options.resume) resume_step = existing.back();
+  }
+  if (several) net.broadcast(&resume_step, sizeof(resume_step), 0);
 
   std::shared_ptr<ThreadPool> pool = options.pool ? options.pool : make_thread_pool(options.threads);
   TrainerOptions to;
@@ -194,6 +256,7 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
   to.adamw = run.adamw;
   to.ema_decay = run.ema;
   for (const auto& l : loaded) to.frozen.push_back(l.name);
+  if (several) to.ranks = ranks;
 
   RunStart start;
   start.checkpoint_dir = dir;
@@ -211,8 +274,8 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
   std::optional<Trainer> trainer;
   RunResult result;
   if (options.resume) {
-    Checkpoint ck = read_checkpoint(dir + "/" + step_directory_name(existing.back()));
-    if (ck.step != existing.back())
+    Checkpoint ck = read_checkpoint(dir + "/" + step_directory_name(resume_step));
+    if (ck.step != resume_step)
       throw Error(ErrorKind::format, ck.dir + ": training.json and model.json record step " +
                                          std::to_string(ck.step) + ", not the directory's");
     check_resumable(run, ck, loaded, data);
@@ -236,17 +299,30 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
   result.first_step = first;
   result.last_step = first;
 
-  MetricsLog metrics(dir, first);
-  if (options.observer) options.observer->started(start);
+  std::optional<MetricsLog> metrics;
+  if (root) metrics.emplace(dir, first);
+  RunObserver* observer = root ? options.observer : nullptr;  // progress is printed once
+  if (observer) observer->started(start);
+  result.rank = net.rank();
+  result.ranks = net.size();
 
-  const bool evaluates = run.eval_every > 0 && data.held_out_bytes() > 0;
+  const bool evaluates = root && run.eval_every > 0 && data.held_out_bytes() > 0;
   const int64_t eval_rows = run.eval_batches * config.batch;
   const std::vector<int32_t> eval_ids = evaluates ? data.held_out_windows(eval_rows) : std::vector<int32_t>();
   const int64_t cols = int64_t{config.length} + 1;
   const Clock::time_point began = Clock::now();
   double train_seconds = 0.0;
 
-  auto stop_asked = [&] { return options.stop != nullptr && options.stop->load(); };
+  // Rank 0's stop request, broadcast so that every rank ends after the same step.
+  auto stop_asked = [&] {
+    bool asked = options.stop != nullptr && options.stop->load();
+    if (several) {
+      char flag = root && asked ? 1 : 0;
+      net.broadcast(&flag, 1, 0);
+      asked = flag != 0;
+    }
+    return asked;
+  };
   // Asked to stop before any step: nothing trained, nothing written.
   if (stop_asked() && first < last) {
     result.stopped = true;
@@ -288,12 +364,14 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
     report.tokens_per_second =
         train_seconds > 0.0 ? static_cast<double>(done * start.tokens_per_step) / train_seconds : 0.0;
     report.seconds_left = elapsed / static_cast<double>(done) * static_cast<double>(last - step);
-    metrics.append({step, report.loss, lr, report.held_out_loss, report.tokens_per_second, elapsed});
-    if (options.observer) options.observer->step(report);
+    if (metrics) metrics->append({step, report.loss, lr, report.held_out_loss, report.tokens_per_second, elapsed});
+    if (observer) observer->step(report);
 
     // Asked to stop: this step is done; write its checkpoint (the schedule may already) and end.
     const bool stopping = stop_asked() && step < last;
-    if ((run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last || stopping) {
+    // The step's gradient is complete on every rank (train_step returned after the last rank's
+    // broadcast), so rank 0 never writes a checkpoint of a partial gradient.
+    if (root && ((run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last || stopping)) {
       CheckpointReport written;
       written.step = step;
       try {
@@ -304,7 +382,7 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
       }
       written.removed = remove_old_checkpoints(dir, run.keep);
       result.last_checkpoint = written.path;
-      if (options.observer) options.observer->checkpoint(written);
+      if (observer) observer->checkpoint(written);
     }
     result.last_step = step;
     if (stopping) {
@@ -312,7 +390,24 @@ RunResult run_training(const RunSpec& run, const std::string& dir, const RunOpti
       break;
     }
   }
+  result.bytes_sent = net.bytes_sent;
+  result.seconds_waiting = net.seconds_waiting;
   return result;
+}
+
+}  // namespace
+
+RunResult run_training(const RunSpec& run, const std::string& dir, const RunOptions& options) {
+  const std::shared_ptr<train::Distributed> ranks = train::join_ranks();
+  if (ranks->size() == 1) return train_ranks(run, dir, options, ranks);
+  // Several ranks: a rank that fails ends the job on every rank (the others may be waiting for
+  // its part of the gradient); a rank that dies is ended by the launcher likewise.
+  try {
+    return train_ranks(run, dir, options, ranks);
+  } catch (const std::exception& e) {
+    ranks->abort(e.what(), false);
+  }
+  throw Error(ErrorKind::state, "unreachable: the job was aborted");
 }
 
 }  // namespace lockstep

@@ -12,6 +12,7 @@
 #include "core/sha256.hpp"
 #include "core/thread_pool.hpp"
 #include "kernels/ref/optimizer.hpp"
+#include "train/distributed.hpp"
 #include "train/fast_step.hpp"
 #include "train/optimizer_pass.hpp"
 #include "train/reference_step.hpp"
@@ -75,6 +76,7 @@ struct Trainer::Impl {
   std::vector<std::pair<int64_t, int64_t>> frozen;  // [offset, offset + count) of frozen tensors
   train::RopeTables<float> rope;
   std::unique_ptr<train::FastStep> fast;  // the fast path's workspace and packed weights
+  std::vector<float> chain;  // data-parallel: the gradient and loss total passed between ranks
   std::shared_ptr<ThreadPool> pool;
 
   Impl(const ModelConfig& c, const TrainerOptions& o) : config(c), registry(c), options(o), rope(c) {
@@ -90,6 +92,9 @@ struct Trainer::Impl {
       frozen.push_back({e.offset, e.offset + e.count});
     }
     pool = o.pool ? o.pool : make_thread_pool(o.threads);
+    if (o.ranks && o.ranks->size() > 1 && o.device == Device::reference)
+      invalid("data-parallel training (" + std::to_string(o.ranks->size()) +
+              " ranks) runs on the fast device; the reference device trains in one process");
   }
 
   int threads() const { return options.threads > 0 ? options.threads : thread_pool_size(*pool); }
@@ -99,7 +104,56 @@ struct Trainer::Impl {
       return train::reference_loss_and_gradient<float>(config, rope, params.data(), ids.data, ids.rows, out_grad,
                                                        options.precision == Precision::bf16);
     if (!fast) fast = std::make_unique<train::FastStep>(config, options.precision, options.simd_target);
+    if (out_grad && options.ranks && options.ranks->size() > 1) return ranks_loss_and_gradient(ids, out_grad);
     return fast->loss_and_gradient(*pool, threads(), rope, params, ids.data, ids.rows, out_grad);
+  }
+
+  // Data-parallel (docs/TRAINING.md, "Training on a cluster"): this rank's block of rows, the
+  // gradient's chains (and the loss total's) received from the rank before, continued over the
+  // block and sent to the next; the last rank's result, the whole batch's, broadcast to all.
+  float ranks_loss_and_gradient(const IdsView& ids, float* out_grad) {
+    train::Distributed& net = *options.ranks;
+    const int r = net.rank(), n = net.size();
+    const int64_t size = registry.total();
+    const auto [b0, b1] = train::rank_rows(ids.rows, r, n);
+    train::FastStep::BatchPart part;
+    for (int64_t b = 0; b < ids.rows; ++b)
+      for (int64_t t = 1; t < ids.cols; ++t) part.count += ids.at(b, t) != kIgnore;
+    // The gradient and the loss total travel in size + 1 floats, block by block of
+    // FastStep::backward_blocks() as the backward finishes them (the total last), so that a
+    // rank continues a block's chains while the rank before is still computing later blocks.
+    chain.resize(static_cast<size_t>(size + 1));
+    float* buffer = chain.data();
+    const std::vector<std::pair<int64_t, int64_t>> blocks = train::FastStep::backward_blocks(config);
+    auto region = [&](size_t i) {
+      return i < blocks.size() ? blocks[i] : std::pair<int64_t, int64_t>{size, 1};
+    };
+    part.continued = r > 0;  // rank 0 always has rows (rank_rows gives the first ranks more)
+    if (r > 0)
+      part.receive = [&](size_t i) {
+        const auto [offset, count] = region(i);
+        net.receive_from_previous(buffer + offset, count);
+        if (i == blocks.size()) part.total = buffer[size];
+      };
+    if (r + 1 < n)
+      part.send = [&](size_t i) {
+        const auto [offset, count] = region(i);
+        net.post_to_next(buffer + offset, count);
+      };
+    if (b1 > b0) {
+      buffer[size] = fast->loss_and_gradient(*pool, threads(), rope, params, ids.data + b0 * ids.cols, b1 - b0, buffer,
+                                             &part);
+      if (part.send) part.send(blocks.size());
+    } else {  // no rows here: pass every block on as it comes
+      for (size_t i = 0; i <= blocks.size(); ++i) {
+        part.receive(i);
+        if (part.send) part.send(i);
+      }
+    }
+    net.wait_posted();  // before the broadcast overwrites what was sent
+    net.broadcast(buffer, (size + 1) * static_cast<int64_t>(sizeof(float)), n - 1);
+    std::copy(buffer, buffer + size, out_grad);
+    return buffer[size] / static_cast<float>(part.count);
   }
 };
 

@@ -57,6 +57,10 @@ struct Kernels {
   // matmul_at_scratch_floats(M) floats.
   void (*matmul_at)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
                     int64_t p_end, float* c, int64_t ldc, float* scratch) = nullptr;
+  // matmul_at with every chain continued from the value already in c instead of +0: the chains
+  // of a^T @ b over rows split in two, run in order, equal the whole (data-parallel training).
+  void (*matmul_at_continue)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
+                             int64_t p_end, float* c, int64_t ldc, float* scratch) = nullptr;
   int64_t matmul_at_scratch_floats(int64_t M) const {
     return (M + row_block - 1) / row_block * row_block * at_block;
   }
@@ -104,6 +108,9 @@ struct Kernels {
   // dy[r, i] * xhat[r, i], with xhat[r, i] = x[r, i] * inv_rms[r] (inv_rms from the forward).
   void (*rmsnorm_backward_weight)(const float* x, const float* inv_rms, const float* dy, float* dw,
                                   int64_t R, int64_t n, int64_t i0, int64_t i1) = nullptr;
+  // rmsnorm_backward_weight with each chain continued from dw's value instead of +0.
+  void (*rmsnorm_backward_weight_continue)(const float* x, const float* inv_rms, const float* dy, float* dw,
+                                           int64_t R, int64_t n, int64_t i0, int64_t i1) = nullptr;
   // ref::rope_backward.
   void (*rope_backward)(float* dv, int32_t n_heads, int32_t head_dim, const float* cos_row,
                         const float* sin_row) = nullptr;

@@ -30,14 +30,15 @@ inline float PackedWeight(const PackedMatrix& b, int64_t p, int64_t k, int64_t j
 // One output at a time, a[m][k] at a[m * m_stride + k * k_stride]: the portable fallback of
 // matmul (k_stride 1) and matmul_at (m_stride 1), and matmul_at over 16-bit B (which training, the
 // user of matmul_at, never packs).
+// With `accumulate`, each chain continues from the value already in c instead of +0.
 void MatmulScalar(const float* a, int64_t m_stride, int64_t k_stride, int64_t M, const PackedMatrix& b,
-                  int64_t p_begin, int64_t p_end, float* c, int64_t ldc) {
+                  int64_t p_begin, int64_t p_end, float* c, int64_t ldc, bool accumulate = false) {
   const int64_t K = b.K, NR = b.panel;
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int64_t col0 = p * NR, cols = std::min<int64_t>(NR, b.N - col0);
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t j = 0; j < cols; ++j) {
-        float acc = 0.0f;
+        float acc = accumulate ? c[m * ldc + col0 + j] : 0.0f;
         for (int64_t k = 0; k < K; ++k)
           acc = ref::fma_f32(a[m * m_stride + k * k_stride], PackedWeight(b, p, k, j), acc);
         c[m * ldc + col0 + j] = acc;
@@ -211,11 +212,15 @@ void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, con
 // c = a^T @ b with a [K, M] (row stride lda): weight gradients (x^T @ dy), without transposing x.
 // Each kAtDepth block of a's rows is packed into row tiles [tile][k][kRows] (columns past M
 // zero), which the tiles read as broadcasts in order; the block then meets every panel of B.
-void MatmulAt(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
-              float* c, int64_t ldc, float* scratch) {
+// With `accumulate` (matmul_at_continue), every chain starts from c's value instead of +0.
+void MatmulAtChains(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
+                    float* c, int64_t ldc, float* scratch, bool accumulate) {
   const int64_t K = b.K, NR = b.panel;
-  if (b.bf16) return MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc);
-  if (K == 0 || M == 0) return MatmulOf(a, lda, M, b, b.panel_data(0), p_begin, p_end, c, ldc);
+  if (b.bf16) return MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc, accumulate);
+  if (K == 0 || M == 0) {
+    if (!accumulate) MatmulOf(a, lda, M, b, b.panel_data(0), p_begin, p_end, c, ldc);
+    return;
+  }
   const int64_t tiles = (M + kRows - 1) / kRows;
   for (int64_t k0 = 0; k0 < K; k0 += kAtDepth) {
     const int64_t kc = std::min(kAtDepth, K - k0);
@@ -228,7 +233,7 @@ void MatmulAt(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int
       if (whole < tiles)
         for (int i = 0; i < kRows; ++i) dst[whole * kc * kRows + i] = whole * kRows + i < M ? row[whole * kRows + i] : 0.0f;
     }
-    const bool first = k0 == 0;
+    const bool first = k0 == 0 && !accumulate;
     for (int64_t p = p_begin; p < p_end; ++p) {
       const float* bp = b.panel_data(p) + k0 * NR;
       const int64_t col0 = p * NR;
@@ -240,6 +245,16 @@ void MatmulAt(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int
       }
     }
   }
+}
+
+void MatmulAt(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
+              float* c, int64_t ldc, float* scratch) {
+  MatmulAtChains(a, lda, M, b, p_begin, p_end, c, ldc, scratch, false);
+}
+
+void MatmulAtContinue(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
+                      float* c, int64_t ldc, float* scratch) {
+  MatmulAtChains(a, lda, M, b, p_begin, p_end, c, ldc, scratch, true);
 }
 
 // bf16-stored weights with many rows (prefill): each panel's [kDepth][NR] block is widened once
@@ -284,6 +299,7 @@ void FillMatmul(Kernels& k) {
   k.at_block = kAtDepth;
   k.matmul = &Matmul;
   k.matmul_at = &MatmulAt;
+  k.matmul_at_continue = &MatmulAtContinue;
 }
 
 #else  // no hardware FMA: the portable fallback, ref::matmul's loops over the packed layout
@@ -300,6 +316,9 @@ void FillMatmul(Kernels& k) {
   k.matmul = &Matmul;
   k.matmul_at = [](const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
                    float* c, int64_t ldc, float*) { MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc); };
+  k.matmul_at_continue = [](const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
+                            int64_t p_end, float* c, int64_t ldc,
+                            float*) { MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc, true); };
 }
 
 #endif  // HWY_NATIVE_FMA

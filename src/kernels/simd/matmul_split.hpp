@@ -47,11 +47,12 @@ inline void matmul_part(const Kernels& k, const float* a, int64_t lda, int64_t M
 // wider (each worker reads its part of b and packs all of a): a worker reads K (N + M / n)
 // against K (M + N / n) floats. Training's gate/up and q/k/v gradients (M 256, N 1536 and 768)
 // split by panels measured 1.03-1.07x faster per 2-thread step (16 interleaved pairs).
+// With `accumulate`, the chains continue from c's values (Kernels::matmul_at_continue).
 inline void matmul_at_part(const Kernels& k, const float* a, int64_t lda, int64_t M, const PackedMatrix& b,
-                           float* c, int64_t ldc, float* scratch, int w, int n) {
+                           float* c, int64_t ldc, float* scratch, int w, int n, bool accumulate = false) {
   const MatmulShare s = matmul_share(M, b, k.row_block, w, n, M >= b.N);
   if (s.row_begin < s.row_end && s.panel_begin < s.panel_end)
-    k.matmul_at(a + s.row_begin, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
+    (accumulate ? k.matmul_at_continue : k.matmul_at)(a + s.row_begin, lda, s.row_end - s.row_begin, b, s.panel_begin, s.panel_end,
                 c + s.row_begin * ldc, ldc, scratch);
 }
 

@@ -99,14 +99,16 @@ void RmsNormBackwardRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT 
 }
 
 // dw[i] for i in [i0, i1): chains over rows, four vectors of columns at a time.
-void RmsNormBackwardWeight(const float* HWY_RESTRICT x, const float* HWY_RESTRICT inv_rms,
-                           const float* HWY_RESTRICT dy, float* HWY_RESTRICT dw, int64_t R, int64_t n,
-                           int64_t i0, int64_t i1) {
+// With `accumulate` (rmsnorm_backward_weight_continue), each chain starts from dw's value.
+void RmsNormBackwardWeightChains(const float* HWY_RESTRICT x, const float* HWY_RESTRICT inv_rms,
+                                 const float* HWY_RESTRICT dy, float* HWY_RESTRICT dw, int64_t R, int64_t n,
+                                 int64_t i0, int64_t i1, bool accumulate) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = i0;
   for (; i + 4 * N <= i1; i += 4 * N) {
-    hn::Vec<decltype(d)> acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+    hn::Vec<decltype(d)> acc[4];
+    for (int u = 0; u < 4; ++u) acc[u] = accumulate ? hn::LoadU(d, dw + i + u * N) : hn::Zero(d);
     for (int64_t r = 0; r < R; ++r) {
       const auto rv = hn::Set(d, inv_rms[r]);
       for (int u = 0; u < 4; ++u) {
@@ -117,16 +119,26 @@ void RmsNormBackwardWeight(const float* HWY_RESTRICT x, const float* HWY_RESTRIC
     for (int u = 0; u < 4; ++u) hn::StoreU(acc[u], d, dw + i + u * N);
   }
   for (; i + N <= i1; i += N) {
-    auto acc = hn::Zero(d);
+    auto acc = accumulate ? hn::LoadU(d, dw + i) : hn::Zero(d);
     for (int64_t r = 0; r < R; ++r)
       acc = hn::MulAdd(hn::LoadU(d, dy + r * n + i), hn::Mul(hn::LoadU(d, x + r * n + i), hn::Set(d, inv_rms[r])), acc);
     hn::StoreU(acc, d, dw + i);
   }
   for (; i < i1; ++i) {
-    float acc = 0.0f;
+    float acc = accumulate ? dw[i] : 0.0f;
     for (int64_t r = 0; r < R; ++r) acc = ref::fma_f32(dy[r * n + i], x[r * n + i] * inv_rms[r], acc);
     dw[i] = acc;
   }
+}
+
+void RmsNormBackwardWeight(const float* x, const float* inv_rms, const float* dy, float* dw, int64_t R, int64_t n,
+                           int64_t i0, int64_t i1) {
+  RmsNormBackwardWeightChains(x, inv_rms, dy, dw, R, n, i0, i1, false);
+}
+
+void RmsNormBackwardWeightContinue(const float* x, const float* inv_rms, const float* dy, float* dw, int64_t R,
+                                   int64_t n, int64_t i0, int64_t i1) {
+  RmsNormBackwardWeightChains(x, inv_rms, dy, dw, R, n, i0, i1, true);
 }
 
 void FillNorm(Kernels& k) {
@@ -134,6 +146,7 @@ void FillNorm(Kernels& k) {
   k.rmsnorm_rows = &RmsNormRows;
   k.rmsnorm_backward_rows = &RmsNormBackwardRows;
   k.rmsnorm_backward_weight = &RmsNormBackwardWeight;
+  k.rmsnorm_backward_weight_continue = &RmsNormBackwardWeightContinue;
 }
 
 #else
@@ -161,13 +174,23 @@ void RmsNormBackwardRows(const float* x, const float* w, const float* dy, const 
   }
 }
 
-void RmsNormBackwardWeight(const float* x, const float* inv_rms, const float* dy, float* dw, int64_t R, int64_t n,
-                           int64_t i0, int64_t i1) {
+void RmsNormBackwardWeightChains(const float* x, const float* inv_rms, const float* dy, float* dw, int64_t R,
+                                 int64_t n, int64_t i0, int64_t i1, bool accumulate) {
   for (int64_t i = i0; i < i1; ++i) {
-    float acc = 0.0f;
+    float acc = accumulate ? dw[i] : 0.0f;
     for (int64_t r = 0; r < R; ++r) acc = ref::fma_f32(dy[r * n + i], x[r * n + i] * inv_rms[r], acc);
     dw[i] = acc;
   }
+}
+
+void RmsNormBackwardWeight(const float* x, const float* inv_rms, const float* dy, float* dw, int64_t R, int64_t n,
+                           int64_t i0, int64_t i1) {
+  RmsNormBackwardWeightChains(x, inv_rms, dy, dw, R, n, i0, i1, false);
+}
+
+void RmsNormBackwardWeightContinue(const float* x, const float* inv_rms, const float* dy, float* dw, int64_t R,
+                                   int64_t n, int64_t i0, int64_t i1) {
+  RmsNormBackwardWeightChains(x, inv_rms, dy, dw, R, n, i0, i1, true);
 }
 
 void FillNorm(Kernels& k) {
@@ -175,6 +198,7 @@ void FillNorm(Kernels& k) {
   k.rmsnorm_rows = &RmsNormRows;
   k.rmsnorm_backward_rows = &RmsNormBackwardRows;
   k.rmsnorm_backward_weight = &RmsNormBackwardWeight;
+  k.rmsnorm_backward_weight_continue = &RmsNormBackwardWeightContinue;
 }
 
 #endif

@@ -1,0 +1,69 @@
+// The ranks of a data-parallel training job (docs/TRAINING.md, "Training on a cluster"): the
+// trainer's view of MPI, so that the library holds no MPI symbol unless built with it
+// (LOCKSTEP_MPI). One process, or a build without MPI, is the single rank of SingleRank.
+//
+// Only point-to-point messages and broadcasts: every float that two ranks add together is added
+// by the trainer in row order, never by a reduction whose order is the transport's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lockstep::train {
+
+class Distributed {
+ public:
+  virtual ~Distributed() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Blocking: n floats from rank() - 1, and to rank() + 1.
+  virtual void receive_from_previous(float* data, int64_t n) = 0;
+  virtual void send_to_next(const float* data, int64_t n) = 0;
+  // Non-blocking: n floats to rank() + 1, which must stay unchanged until wait_posted().
+  virtual void post_to_next(const float* data, int64_t n) = 0;
+  virtual void wait_posted() = 0;
+  // `bytes` bytes of rank `root`'s buffer into every rank's.
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // Rank 0: every rank's value, in rank order; the other ranks: empty.
+  virtual std::vector<int64_t> gather_to_root(int64_t value) = 0;
+  // Prints "lockstep train: rank R of N: message" on stderr (only on rank 0 when every rank
+  // has the same message) and ends the whole job with a non-zero exit on every rank.
+  [[noreturn]] virtual void abort(const std::string& message, bool every_rank_knows) = 0;
+
+  // Counters for the benchmark and the report: bytes this rank has sent (its share of the
+  // broadcasts included, as the message size it passed) and seconds it spent blocked in
+  // receives and broadcasts.
+  int64_t bytes_sent = 0;
+  double seconds_waiting = 0.0;
+};
+
+// The single process: rank 0 of 1; the messages are never called.
+class SingleRank final : public Distributed {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void receive_from_previous(float*, int64_t) override;
+  void send_to_next(const float*, int64_t) override;
+  void post_to_next(const float* data, int64_t n) override { send_to_next(data, n); }
+  void wait_posted() override {}
+  void broadcast(void*, int64_t, int) override {}
+  std::vector<int64_t> gather_to_root(int64_t value) override { return {value}; }
+  [[noreturn]] void abort(const std::string& message, bool every_rank_knows) override;
+};
+
+// True when this build can train over MPI.
+bool mpi_built() noexcept;
+
+// The job this process belongs to: the MPI world when built with MPI and started by mpirun (or
+// another launcher that sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a SingleRank.
+// MPI is initialised once per process, on the first call; later calls return the same ranks.
+std::shared_ptr<Distributed> join_ranks();
+
+// Rows [begin, end) of a batch of `rows` for rank r of n: contiguous blocks in rank order,
+// sizes differing by at most one (a rank may have none when rows < n).
+std::pair<int64_t, int64_t> rank_rows(int64_t rows, int r, int n);
+
+}  // namespace lockstep::train
