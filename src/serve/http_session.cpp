@@ -82,6 +82,7 @@ void HttpSession::on_request(const boost::system::error_code& ec) {
   in_request_ = true;
   endpoint_ = "other";
   keep_alive_ = false;
+  request_ = {};
   if (ec == http::error::body_limit) {
     return respond_error(413, "the request body is larger than the server's limit of " +
                                   std::to_string(context_.max_body) + " bytes (--max-body)");
