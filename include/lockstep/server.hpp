@@ -33,9 +33,10 @@ struct HttpOptions {
   size_t max_body = size_t{1} << 20;  // a larger request body is answered 413
   int max_active = 64;                // generations decoded together in one batched step
   int max_queue = 256;                // more generations waiting than this: 429
-  std::chrono::milliseconds read_timeout{30'000};   // a request's head and body; 0: never
+  // A request's head and body must arrive within this of the previous response (or of the
+  // connect), so an idle keep-alive connection is closed after it too; 0: never.
+  std::chrono::milliseconds read_timeout{30'000};
   std::chrono::milliseconds write_timeout{30'000};  // one write to a client that stopped reading
-  std::chrono::milliseconds keep_alive{60'000};     // an idle keep-alive connection is closed
   std::chrono::milliseconds drain{30'000};  // at stop, active generations finish within this
   std::string api_key;                      // "": none; else /v1/* needs "Bearer KEY" (401)
   std::string model_name;                   // "": the model directory's name

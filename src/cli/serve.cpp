@@ -128,7 +128,7 @@ Run add_serve(CLI::App& app) {
     double idle_timeout_s = 60;
     double idle_close_s = 0;
     int64_t max_body = int64_t{1} << 20;
-    double read_timeout_s = 30, write_timeout_s = 30, keep_alive_s = 60, drain_s = 30;
+    double read_timeout_s = 30, write_timeout_s = 30, drain_s = 30;
     std::string api_key_file;
   };
   auto f = std::make_shared<Flags>();
@@ -195,7 +195,6 @@ Run add_serve(CLI::App& app) {
     options.http_options.max_body = static_cast<size_t>(f->max_body);
     options.http_options.read_timeout = idle_seconds("--read-timeout", f->read_timeout_s);
     options.http_options.write_timeout = idle_seconds("--write-timeout", f->write_timeout_s);
-    options.http_options.keep_alive = idle_seconds("--keep-alive", f->keep_alive_s);
     options.http_options.drain = idle_seconds("--drain-seconds", f->drain_s);
     if (!f->api_key_file.empty()) options.http_options.api_key = read_api_key(f->api_key_file);
     LoadOptions load = f->model.load_options();

@@ -40,9 +40,8 @@ struct HttpContext {
   Metrics& metrics;
   std::function<std::pair<uint64_t, uint64_t>()> cache_rows;  // (reused, computed) of the prefix cache
   size_t max_body = size_t{1} << 20;
-  std::chrono::milliseconds read_timeout{30'000};   // a request's head and body, from its first byte
+  std::chrono::milliseconds read_timeout{30'000};   // a request's head and body (idle time before it included)
   std::chrono::milliseconds write_timeout{30'000};  // one write, before the client is dropped
-  std::chrono::milliseconds keep_alive{60'000};     // idle between requests
   std::string api_key;                              // "": no authentication
   std::atomic<bool>& draining;                      // /health 503, new requests 503
 };

@@ -139,7 +139,6 @@ struct Server::Impl {
                      options.http_options.max_body,
                      options.http_options.read_timeout,
                      options.http_options.write_timeout,
-                     options.http_options.keep_alive,
                      options.http_options.api_key,
                      draining},
         drain_timer(strand) {

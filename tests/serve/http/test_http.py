@@ -171,7 +171,7 @@ def test_errors_404_405_400_413(shared_server):
 def test_concurrent_requests_equal_their_solo_answers(serve):
     s = serve("--http", "127.0.0.1:0", "--http-batch", "64")
     bodies = [dict(prompt=f"req {i}", max_tokens=60 + 7 * i, temperature=0.9, seed=1000 + i, top_k=50)
-              for i in range(20)]
+              for i in range(64)]
     solo = [completion(s, **b)["choices"][0]["sha256"] for b in bodies]
     results = [None] * len(bodies)
 
@@ -234,6 +234,70 @@ def test_disconnect_leaves_the_batch(serve):
             return
         time.sleep(0.05)
     pytest.fail("the disconnected generation still runs")
+
+
+def test_non_streamed_disconnect_leaves_the_batch(serve):
+    s = serve("--http", "127.0.0.1:0")
+    conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000}).encode()
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_running(s, "1")
+    conn.close()
+    wait_running(s, "0")
+
+
+def wait_running(s, value):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        _, _, m = s.request("GET", "/metrics")
+        if f"lockstep_num_requests_running {value}\n" in m.decode():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"lockstep_num_requests_running did not become {value}")
+
+
+def test_write_timeout_drops_a_client_that_stops_reading(serve):
+    s = serve("--http", "127.0.0.1:0", "--write-timeout", "0.5")
+    conn = socket.socket()
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    conn.settimeout(10)
+    conn.connect(("127.0.0.1", s.port))
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True, "logprobs": 20}).encode()
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    # Never read: once the buffers are full a write waits past the timeout and the client is dropped.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, _, m = s.request("GET", "/metrics")
+        if "lockstep_num_requests_running 0\n" in m.decode():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the stalled client still holds its generation")
+    _, _, m = s.request("GET", "/metrics")
+    generated = next(l for l in m.decode().splitlines() if l.startswith("lockstep_generation_tokens_total "))
+    assert int(generated.split()[1]) > 0
+    while conn.recv(65536):  # what was written, then the end: the server closed the connection
+        pass
+    conn.close()
+
+
+def test_head_and_streamed_chat(shared_server, model):
+    status, headers, body = shared_server.request("HEAD", "/health")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
+    conn = http.client.HTTPConnection("127.0.0.1", shared_server.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0.7, "seed": 8,
+         "stream": True}))
+    r = conn.getresponse()
+    events = [e[len("data: "):] for e in r.read().decode().split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    expected = generate(model, "user: Hi\nassistant:", 12, "0.7", 8)
+    assert text == expected.decode("utf-8", errors="replace")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
 def test_queue_full_is_429(serve):
