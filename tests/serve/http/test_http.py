@@ -265,19 +265,19 @@ def test_write_timeout_drops_a_client_that_stops_reading(serve):
     body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True, "logprobs": 20}).encode()
     conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     # Never read: once the buffers are full a write waits past the timeout and the client is dropped.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def metric(name):
         _, _, m = s.request("GET", "/metrics")
-        if "lockstep_num_requests_running 0\n" in m.decode():
-            break
+        return int(next(l for l in m.decode().splitlines() if l.startswith(name + " ")).split()[1])
+
+    deadline = time.monotonic() + 30
+    while metric("lockstep_generation_tokens_total") == 0:  # admitted and generating
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    while metric("lockstep_num_requests_running") != 0:
+        assert time.monotonic() < deadline, "the stalled client still holds its generation"
         time.sleep(0.1)
-    else:
-        pytest.fail("the stalled client still holds its generation")
-    _, _, m = s.request("GET", "/metrics")
-    generated = next(l for l in m.decode().splitlines() if l.startswith("lockstep_generation_tokens_total "))
-    assert int(generated.split()[1]) > 0
     while conn.recv(65536):  # what was written, then the end: the server closed the connection
-        pass
+        assert time.monotonic() < deadline
     conn.close()
 
 
