@@ -28,8 +28,30 @@ inline constexpr int max_server_batch = 1024;
 // an "error" field and is closed.
 inline constexpr int max_server_connections = 1024;
 
+// The HTTP API's limits (docs/HTTP.md).
+struct HttpOptions {
+  size_t max_body = size_t{1} << 20;  // a larger request body is answered 413
+  int max_active = 64;                // generations decoded together in one batched step
+  int max_queue = 256;                // more generations waiting than this: 429
+  // A request's head and body must arrive within this of the previous response (or of the
+  // connect), so an idle keep-alive connection is closed after it too; 0: never.
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds write_timeout{30'000};  // one write to a client that stopped reading
+  std::chrono::milliseconds drain{30'000};  // at stop, active generations finish within this
+  std::string api_key;                      // "": none; else /v1/* needs "Bearer KEY" (401)
+  std::string model_name;                   // "": the model directory's name
+};
+
 struct ServerOptions {
-  std::string socket_path;           // the Unix socket to listen on
+  // Where to listen: any combination, at least one. TCP and HTTP addresses are HOST:PORT with a
+  // numeric host (or "localhost"); port 0 picks a free port (endpoints() tells which). They
+  // must be loopback addresses unless listen_any: neither the frame protocol nor (without
+  // an API key) HTTP authenticates anyone.
+  std::string socket_path;           // the Unix socket to listen on; "": none
+  std::vector<std::string> listen;   // the frame protocol over TCP
+  std::vector<std::string> http;     // the HTTP API
+  bool listen_any = false;
+  HttpOptions http_options;
   int batch = 1;                     // most calls run together, 1..max_server_batch
   std::vector<std::string> outputs;  // outputs in the order wanted; every output when empty
   bool at = false;                   // a last input `at` i32 [1]; outputs at that position only
@@ -72,11 +94,14 @@ class Server {
   // The handshake every connection reads first, as JSON text.
   const std::string& handshake() const;
   const ServerOptions& options() const;
+  // Where it listens, with the ports bound: "unix:PATH", "tcp:HOST:PORT", "http://HOST:PORT".
+  std::vector<std::string> endpoints() const;
 
   // Accepts and serves until stop(), running the event loop on the calling thread. Then it stops
   // accepting, removes the socket, reads no further call, answers the calls already read, closes
   // every connection gracefully (docs/PROTOCOL.md, "Stopping") and returns the counts. Call it
-  // once.
+  // once. With HTTP, the stop first drains: /health and new requests get 503, active generations
+  // finish (at most http_options.drain, then they end with finish_reason "abort").
   ServerStats serve();
   // Makes serve() return as above; callable from any thread, any number of times, before or
   // during serve(). Async-signal-safe: it writes one byte to a pipe.

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,19 @@ std::chrono::milliseconds idle_seconds(const char* flag, double seconds) {
     throw Error(ErrorKind::invalid_argument,
                 std::string(flag) + " must be seconds in [0, 1000000] (0: never), got " + std::to_string(seconds));
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
+// The API key: the file's first line, without its line end; an empty one is refused.
+std::string read_api_key(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) throw Error(ErrorKind::io, "--api-key-file '" + path + "': " + std::strerror(errno));
+  std::string key;
+  int ch;
+  while ((ch = std::fgetc(file)) != EOF && ch != '\n' && key.size() < 4096) key.push_back(static_cast<char>(ch));
+  std::fclose(file);
+  if (!key.empty() && key.back() == '\r') key.pop_back();
+  if (key.empty()) throw Error(ErrorKind::invalid_argument, "--api-key-file '" + path + "' holds no key on its first line");
+  return key;
 }
 
 const char* signal_name(int signo) {
@@ -113,11 +127,41 @@ Run add_serve(CLI::App& app) {
     bool no_cache = false;
     double idle_timeout_s = 60;
     double idle_close_s = 0;
+    int64_t max_body = int64_t{1} << 20;
+    double read_timeout_s = 30, write_timeout_s = 30, drain_s = 30;
+    std::string api_key_file;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* cmd = app.add_subcommand("serve", "serve a model on a Unix socket, batching calls");
+  CLI::App* cmd = app.add_subcommand("serve", "serve a model on a Unix socket, TCP and/or HTTP, batching calls");
   f->model.add_to(*cmd, "LOCATION");
-  cmd->add_option("--socket", f->server.socket_path, "the Unix socket to listen on")->required();
+  cmd->add_option("--socket", f->server.socket_path, "the Unix socket to listen on");
+  cmd->add_option("--listen", f->server.listen,
+                  "the frame protocol over TCP on HOST:PORT (port 0: any free one); repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option("--http", f->server.http,
+                  "the HTTP API (OpenAI-compatible completions, /health, /metrics, playground) on HOST:PORT; "
+                  "repeatable")
+      ->allow_extra_args(false);
+  cmd->add_flag("--listen-any", f->server.listen_any,
+                "allow non-loopback addresses for --listen and --http: the frame protocol has no authentication "
+                "(HTTP only with --api-key-file), so anyone who can reach the port can use the model");
+  cmd->add_option("--http-batch", f->server.http_options.max_active, "most HTTP generations decoded together")
+      ->capture_default_str();
+  cmd->add_option("--max-queue", f->server.http_options.max_queue,
+                  "HTTP generations that may wait for a place in the batch; more get 429")
+      ->capture_default_str();
+  cmd->add_option("--max-body", f->max_body, "largest HTTP request body in bytes; larger gets 413")->capture_default_str();
+  cmd->add_option("--read-timeout", f->read_timeout_s, "SECONDS for an HTTP request to arrive in full (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", f->write_timeout_s, "SECONDS an HTTP client may take to read a write (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--drain-seconds", f->drain_s,
+                  "at SIGTERM/SIGINT, SECONDS active HTTP generations may take to finish; then they end with "
+                  "finish_reason \"abort\"")
+      ->capture_default_str();
+  cmd->add_option("--api-key-file", f->api_key_file,
+                  "a file holding the key HTTP clients must send as 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--model-name", f->server.http_options.model_name, "the model's name in the HTTP API");
   cmd->add_option("--batch", f->server.batch, "most calls run together on the device")->capture_default_str();
   cmd->add_option("--output", f->server.outputs, "only this output, repeatable, in the order given")
       ->allow_extra_args(false);  // one name per --output, so a LOCATION after it stays one
@@ -144,6 +188,15 @@ Run add_serve(CLI::App& app) {
     options.cache_bytes = f->no_cache ? 0 : static_cast<size_t>(f->cache_mb) << 20;
     options.idle_timeout = idle_seconds("--idle-timeout", f->idle_timeout_s);
     options.idle_close = idle_seconds("--idle-close", f->idle_close_s);
+    if (options.socket_path.empty() && options.listen.empty() && options.http.empty())
+      throw Error(ErrorKind::invalid_argument, "serve needs --socket PATH, --listen HOST:PORT or --http HOST:PORT");
+    if (f->max_body < 1 || f->max_body > (int64_t{1} << 32))
+      throw Error(ErrorKind::invalid_argument, "--max-body must be in [1, 4294967296] bytes, got " + std::to_string(f->max_body));
+    options.http_options.max_body = static_cast<size_t>(f->max_body);
+    options.http_options.read_timeout = idle_seconds("--read-timeout", f->read_timeout_s);
+    options.http_options.write_timeout = idle_seconds("--write-timeout", f->write_timeout_s);
+    options.http_options.drain = idle_seconds("--drain-seconds", f->drain_s);
+    if (!f->api_key_file.empty()) options.http_options.api_key = read_api_key(f->api_key_file);
     LoadOptions load = f->model.load_options();
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist
@@ -151,8 +204,13 @@ Run add_serve(CLI::App& app) {
     const std::shared_ptr<const Model> model = Model::load(f->model.path, load);
     Server server(model, std::move(options));
     const ServerOptions& o = server.options();
-    std::printf("serving %s on %s, up to %s a run\n", model->source().directory.c_str(),
-                o.socket_path.c_str(), count(static_cast<uint64_t>(o.batch), "call", "calls").c_str());
+    std::string where;
+    for (const std::string& e : server.endpoints()) {
+      if (!where.empty()) where += " and ";
+      where += e.rfind("unix:", 0) == 0 ? e.substr(5) : e;
+    }
+    std::printf("serving %s on %s, up to %s a run\n", model->source().directory.c_str(), where.c_str(),
+                count(static_cast<uint64_t>(o.batch), "call", "calls").c_str());
     std::fputs(io_lines(server.layout().inputs(), server.layout().outputs()).c_str(), stdout);
     std::fflush(stdout);
     SignalWatcher watcher(stop_signals, server);

@@ -68,24 +68,26 @@ Generator::~Generator() = default;
 Generator::Generator(Generator&&) noexcept = default;
 Generator& Generator::operator=(Generator&&) noexcept = default;
 
-std::optional<int32_t> Generator::next() {
+std::optional<std::span<const int32_t>> Generator::begin_step() {
   if (done_) return std::nullopt;
   if (step_ >= options_.max_tokens) {
     done_ = true;
     reason_ = StopReason::max_tokens;
     return std::nullopt;
   }
-  if (!pending_) {  // the first step: the prompt's prefill
-    logits_ = session_->append(context_.tokens());
-    ++prefills_;
-  } else if (context_.push(*pending_)) {
+  logits_.resize(static_cast<size_t>(model_->config().vocab_size));
+  ++prefills_;  // undone below when only the new token is appended
+  if (!pending_) return context_.tokens();  // the first step: the prompt's prefill
+  if (context_.push(*pending_)) {
     session_->truncate(0);
-    logits_ = session_->append(context_.tokens());
-    ++prefills_;
-  } else {
-    const int32_t token[] = {*pending_};
-    logits_ = session_->append(token);
+    return context_.tokens();
   }
+  --prefills_;
+  single_[0] = *pending_;
+  return std::span<const int32_t>(single_);
+}
+
+int32_t Generator::end_step() {
   const int32_t token = sample_token(logits_, options_.sampling, step_);
   ++step_;
   pending_ = token;
@@ -98,6 +100,13 @@ std::optional<int32_t> Generator::next() {
     }
   }
   return token;
+}
+
+std::optional<int32_t> Generator::next() {
+  const std::optional<std::span<const int32_t>> tokens = begin_step();
+  if (!tokens) return std::nullopt;
+  session_->append(*tokens, logits_.data());
+  return end_step();
 }
 
 StopReason generate(std::shared_ptr<const Model> model, std::span<const int32_t> prompt, const GenerateOptions& options,

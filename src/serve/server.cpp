@@ -12,7 +12,11 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -20,6 +24,9 @@
 
 #include "serve/batcher.hpp"
 #include "serve/connection.hpp"
+#include "serve/generation_engine.hpp"
+#include "serve/http_session.hpp"
+#include "serve/metrics.hpp"
 #include "serve/listener.hpp"
 #include "serve/protocol.hpp"
 #include "serve/socket.hpp"
@@ -29,6 +36,55 @@ namespace {
 
 namespace asio = boost::asio;
 using UnixListener = serve::Listener<asio::local::stream_protocol>;
+using TcpListener = serve::Listener<asio::ip::tcp>;
+
+// "HOST:PORT" (HOST numeric, "[v6]" or "localhost") -> an endpoint; loopback only unless `any`.
+asio::ip::tcp::endpoint parse_endpoint(const std::string& text, const char* flag, bool any) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    throw Error(ErrorKind::invalid_argument, std::string(flag) + " wants HOST:PORT such as 127.0.0.1:8080, got '" + text + "'");
+  std::string host = text.substr(0, colon);
+  const std::string port_text = text.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  unsigned long port = 0;
+  bool ok = port_text.size() <= 5;
+  for (char c : port_text) {
+    ok = ok && c >= '0' && c <= '9';
+    port = port * 10 + static_cast<unsigned long>(c - '0');
+  }
+  if (!ok || port > 65535)
+    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": port '" + port_text + "' is not in 0..65535");
+  boost::system::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec)
+    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": '" + host +
+                                                 "' is not a numeric IP address (names are not resolved; localhost is 127.0.0.1)");
+  if (!any && !address.is_loopback())
+    throw Error(ErrorKind::invalid_argument,
+                std::string(flag) + " " + text + " is not a loopback address; nothing authenticates the frame " +
+                    "protocol (and HTTP only with --api-key-file), so other addresses need --listen-any");
+  return {address, static_cast<unsigned short>(port)};
+}
+
+std::string endpoint_text(const asio::ip::tcp::endpoint& e) {
+  const std::string host = e.address().is_v6() ? "[" + e.address().to_string() + "]" : e.address().to_string();
+  return host + ":" + std::to_string(e.port());
+}
+
+void no_delay(serve::StreamSocket& socket) {
+  const int one = 1;
+  ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::string model_name(const Model& model, const std::string& given) {
+  if (!given.empty()) return given;
+  std::string dir = model.source().directory;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.rfind('/');
+  const std::string base = slash == std::string::npos ? dir : dir.substr(slash + 1);
+  return base.empty() ? "lockstep" : base;
+}
 
 const ServerOptions& checked(const ServerOptions& o) {
   if (o.batch < 1 || o.batch > max_server_batch)
@@ -42,6 +98,13 @@ const ServerOptions& checked(const ServerOptions& o) {
                                                  std::to_string(o.max_connections));
   if (o.idle_timeout.count() < 0 || o.idle_close.count() < 0)
     throw Error(ErrorKind::invalid_argument, "idle timeouts must be 0 (none) or positive");
+  if (o.socket_path.empty() && o.listen.empty() && o.http.empty())
+    throw Error(ErrorKind::invalid_argument, "the server needs somewhere to listen: a Unix socket, a TCP address or an HTTP address");
+  const HttpOptions& h = o.http_options;
+  if (h.max_active < 1 || h.max_active > max_server_batch)
+    throw Error(ErrorKind::invalid_argument, "HTTP batch must be in [1, " + std::to_string(max_server_batch) + "]");
+  if (h.max_queue < 0) throw Error(ErrorKind::invalid_argument, "the HTTP queue limit must be >= 0");
+  if (h.max_body < 1) throw Error(ErrorKind::invalid_argument, "the HTTP body limit must be >= 1 byte");
   return o;
 }
 
@@ -66,7 +129,19 @@ struct Server::Impl {
         strand(asio::make_strand(io)),
         wake_reader(strand),
         batcher(*model, layout, options.batch, options.call, cache.get()),
-        context{layout, handshake_frame, batcher, calls, options.idle_timeout, options.idle_close} {
+        context{layout, handshake_frame, batcher, calls, options.idle_timeout, options.idle_close},
+        engine(options.http_options.max_active, options.http_options.max_queue, options.call, metrics),
+        http_context{model,
+                     model_name(*model, options.http_options.model_name),
+                     engine,
+                     metrics,
+                     [this] { return std::pair<uint64_t, uint64_t>(batcher.rows_reused(), batcher.rows_computed()); },
+                     options.http_options.max_body,
+                     options.http_options.read_timeout,
+                     options.http_options.write_timeout,
+                     options.http_options.api_key,
+                     draining},
+        drain_timer(strand) {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));
     for (int fd : wake) {
@@ -74,11 +149,34 @@ struct Server::Impl {
       ::fcntl(fd, F_SETFL, O_NONBLOCK);
     }
     try {
-      socket_file = std::make_unique<serve::ListeningSocket>(options.socket_path, options.socket_mode);
-      UnixListener::Acceptor acceptor(strand);
-      acceptor.assign(asio::local::stream_protocol(), socket_file->release_fd());
-      listener = std::make_shared<UnixListener>(io, std::move(acceptor),
-                                                [this](serve::StreamSocket s) { admit(std::move(s)); });
+      // Every address is checked before any is bound.
+      std::vector<asio::ip::tcp::endpoint> tcp, web;
+      for (const std::string& a : options.listen) tcp.push_back(parse_endpoint(a, "--listen", options.listen_any));
+      for (const std::string& a : options.http) web.push_back(parse_endpoint(a, "--http", options.listen_any));
+      if (!options.socket_path.empty()) {
+        socket_file = std::make_unique<serve::ListeningSocket>(options.socket_path, options.socket_mode);
+        UnixListener::Acceptor acceptor(strand);
+        acceptor.assign(asio::local::stream_protocol(), socket_file->release_fd());
+        listener = std::make_shared<UnixListener>(io, std::move(acceptor),
+                                                  [this](serve::StreamSocket s) { admit(std::move(s)); });
+        endpoint_names.push_back("unix:" + options.socket_path);
+      }
+      for (const auto& e : tcp) {
+        TcpListener::Acceptor acceptor = bind_tcp(e, "--listen");
+        endpoint_names.push_back("tcp:" + endpoint_text(acceptor.local_endpoint()));
+        tcp_listeners.push_back(std::make_shared<TcpListener>(io, std::move(acceptor), [this](serve::StreamSocket s) {
+          no_delay(s);
+          admit(std::move(s));
+        }));
+      }
+      for (const auto& e : web) {
+        TcpListener::Acceptor acceptor = bind_tcp(e, "--http");
+        endpoint_names.push_back("http://" + endpoint_text(acceptor.local_endpoint()));
+        http_listeners.push_back(std::make_shared<TcpListener>(io, std::move(acceptor), [this](serve::StreamSocket s) {
+          no_delay(s);
+          admit_http(std::move(s));
+        }));
+      }
       wake_reader.assign(wake[0]);
     } catch (...) {
       ::close(wake[0]);
@@ -94,6 +192,11 @@ struct Server::Impl {
 
   // On the strand: a new connection, served or refused.
   void admit(serve::StreamSocket socket);
+  void admit_http(serve::StreamSocket socket);
+  // An acceptor listening on `e` (port 0: a free one); throws Error naming the flag and address.
+  TcpListener::Acceptor bind_tcp(const asio::ip::tcp::endpoint& e, const char* flag);
+  // On the strand, while draining: waits for the generations, then closes the HTTP side.
+  void drain_step();
   // On the strand: the stop, once.
   void begin_stop();
 
@@ -116,7 +219,17 @@ struct Server::Impl {
   serve::ConnectionContext context;
   int wake[2] = {-1, -1};  // stop() writes a byte to wake[1]
   std::unique_ptr<serve::ListeningSocket> socket_file;  // the path's rules and its removal
-  std::shared_ptr<UnixListener> listener;
+  std::shared_ptr<UnixListener> listener;  // null without a Unix socket
+  std::vector<std::shared_ptr<TcpListener>> tcp_listeners, http_listeners;
+  std::vector<std::string> endpoint_names;
+  serve::Metrics metrics;
+  std::atomic<bool> draining{false};
+  serve::GenerationEngine engine;  // after the batcher: its runner ends first
+  serve::HttpContext http_context;
+  asio::steady_timer drain_timer;
+  std::chrono::steady_clock::time_point drain_until;
+  bool drain_aborted = false;
+  std::unordered_map<serve::HttpSession*, std::shared_ptr<serve::HttpSession>> http_sessions;
   // The open connections, by address; touched on the strand alone.
   std::unordered_map<serve::Connection*, std::shared_ptr<serve::Connection>> connections;
   bool stopping = false;
@@ -136,14 +249,55 @@ void Server::Impl::admit(serve::StreamSocket socket) {
   connection->start();
 }
 
+void Server::Impl::admit_http(serve::StreamSocket socket) {
+  if (http_sessions.size() >= static_cast<size_t>(options.max_connections)) return;  // closes
+  auto session = std::make_shared<serve::HttpSession>(std::move(socket), http_context, [this](serve::HttpSession* s) {
+    asio::post(strand, [this, s] { http_sessions.erase(s); });
+  });
+  http_sessions.emplace(session.get(), session);
+  session->start();
+}
+
+TcpListener::Acceptor Server::Impl::bind_tcp(const asio::ip::tcp::endpoint& e, const char* flag) {
+  TcpListener::Acceptor acceptor(strand);
+  boost::system::error_code ec;
+  acceptor.open(e.protocol(), ec);
+  if (!ec) ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(e, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw Error(ErrorKind::io, std::string(flag) + " " + endpoint_text(e) + ": cannot listen: " + ec.message());
+  return acceptor;
+}
+
 void Server::Impl::begin_stop() {
   if (stopping) return;
   stopping = true;
-  listener->close();
-  socket_file->close_and_remove();
+  draining.store(true);
+  if (listener) listener->close();
+  for (auto& l : tcp_listeners) l->close();
+  if (socket_file) socket_file->close_and_remove();
   for (auto& [address, connection] : connections) connection->stop();
   boost::system::error_code ec;
   wake_reader.cancel(ec);
+  drain_until = std::chrono::steady_clock::now() + options.http_options.drain;
+  drain_step();
+}
+
+void Server::Impl::drain_step() {
+  if (engine.pending() > 0) {
+    if (!drain_aborted && std::chrono::steady_clock::now() >= drain_until) {
+      drain_aborted = true;
+      engine.abort_all();  // the rest end with finish_reason "abort"
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(20));
+    drain_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) drain_step();
+    });
+    return;
+  }
+  for (auto& l : http_listeners) l->close();
+  for (auto& [address, session] : http_sessions) session->stop();
 }
 
 Server::Server(std::shared_ptr<const Model> model, ServerOptions options) {
@@ -156,6 +310,7 @@ Server::~Server() = default;
 const CallLayout& Server::layout() const { return impl_->layout; }
 const std::string& Server::handshake() const { return impl_->handshake; }
 const ServerOptions& Server::options() const { return impl_->options; }
+std::vector<std::string> Server::endpoints() const { return impl_->endpoint_names; }
 
 ServerStats Server::stats() const {
   return {impl_->calls.load(std::memory_order_relaxed), impl_->batcher.runs(), impl_->batcher.rows_computed(),
@@ -174,7 +329,9 @@ ServerStats Server::serve() {
   m.wake_reader.async_wait(asio::posix::stream_descriptor::wait_read, [&m](const boost::system::error_code&) {
     m.begin_stop();
   });
-  m.listener->start();
+  if (m.listener) m.listener->start();
+  for (auto& l : m.tcp_listeners) l->start();
+  for (auto& l : m.http_listeners) l->start();
   // Returns once nothing is left to do: the stop closed the listener, and every connection has
   // closed (a connection whose call is with the batcher keeps the loop running).
   for (;;) {

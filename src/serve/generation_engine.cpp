@@ -1,0 +1,149 @@
+#include "serve/generation_engine.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "lockstep/session.hpp"
+
+namespace lockstep::serve {
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::length: return "length";
+    case Finish::stop: return "stop";
+    case Finish::abort: return "abort";
+    case Finish::error: return "error";
+  }
+  return "error";
+}
+
+GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics)
+    : max_active_(static_cast<size_t>(std::max(max_active, 1))),
+      max_queue_(static_cast<size_t>(std::max(max_queue, 0))),
+      call_(call),
+      metrics_(metrics),
+      runner_([this] { run_loop(); }) {}
+
+GenerationEngine::~GenerationEngine() {
+  {
+    std::lock_guard lock(mutex_);
+    quitting_ = true;
+    aborting_ = true;
+  }
+  wake_.notify_one();
+  runner_.join();
+}
+
+bool GenerationEngine::submit(std::shared_ptr<GenerationJob> job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (waiting_.size() >= max_queue_ && active_count_ + waiting_.size() >= max_active_) return false;
+    job->admitted = std::chrono::steady_clock::now();
+    waiting_.push_back(std::move(job));
+    metrics_.waiting.store(static_cast<int64_t>(waiting_.size()));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void GenerationEngine::abort_all() {
+  {
+    std::lock_guard lock(mutex_);
+    aborting_ = true;
+  }
+  wake_.notify_one();
+}
+
+size_t GenerationEngine::pending() const {
+  std::lock_guard lock(mutex_);
+  return waiting_.size() + active_count_;
+}
+
+void GenerationEngine::run_loop() noexcept {
+  std::vector<std::shared_ptr<GenerationJob>> active;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return quitting_ || aborting_ || !waiting_.empty() || !active.empty(); });
+    if (aborting_) {
+      for (auto& j : waiting_) active.push_back(std::move(j));
+      waiting_.clear();
+      for (auto& j : active) j->cancelled.store(true);
+      aborting_ = quitting_;  // keeps aborting what arrives once quitting
+    }
+    if (quitting_ && waiting_.empty() && active.empty()) return;
+    while (active.size() < max_active_ && !waiting_.empty()) {
+      active.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+    active_count_ = active.size();
+    metrics_.waiting.store(static_cast<int64_t>(waiting_.size()));
+    metrics_.running.store(static_cast<int64_t>(active.size()));
+    lock.unlock();
+    step(active);
+    lock.lock();
+    active_count_ = active.size();
+    metrics_.running.store(static_cast<int64_t>(active.size()));
+  }
+}
+
+void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active) noexcept {
+  // Leaving: cancelled ones, and those whose generator is finished.
+  std::vector<SessionStep> steps;
+  std::vector<std::shared_ptr<GenerationJob>> stepping;
+  for (auto& job : active) {
+    if (job->cancelled.load()) {
+      job->on_done(Finish::abort, {});
+      job.reset();
+      continue;
+    }
+    try {
+      const auto tokens = job->generator->begin_step();
+      if (!tokens) {
+        job->on_done(Finish::length, {});
+        job.reset();
+        continue;
+      }
+      steps.push_back({&job->generator->session(), *tokens, job->generator->logits_buffer(), nullptr});
+      stepping.push_back(job);
+    } catch (const std::exception& e) {
+      job->on_done(Finish::error, e.what());
+      job.reset();
+    }
+  }
+  std::erase(active, nullptr);
+  if (steps.empty()) return;
+  metrics_.batch_size.observe(static_cast<double>(steps.size()));
+  try {
+    append_batch(steps, call_);
+  } catch (const std::exception& e) {
+    for (auto& job : stepping) job->on_done(Finish::error, e.what());
+    active.clear();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& job : stepping) {
+    Generator& g = *job->generator;
+    const int32_t token = g.end_step();
+    metrics_.generation_tokens.fetch_add(1, std::memory_order_relaxed);
+    const std::chrono::duration<double> since = now - (job->first ? job->admitted : job->last_token);
+    (job->first ? metrics_.time_to_first_token : metrics_.time_per_token).observe(since.count());
+    job->first = false;
+    job->last_token = now;
+    job->on_token(token, g.logits());
+    bool stopped = false;
+    if (!job->stops.empty()) {
+      job->tail.push_back(static_cast<char>(token & 0xff));
+      size_t longest = 0;
+      for (const std::string& s : job->stops) longest = std::max(longest, s.size());
+      if (job->tail.size() > longest) job->tail.erase(0, job->tail.size() - longest);
+      for (const std::string& s : job->stops)
+        stopped |= job->tail.size() >= s.size() && job->tail.compare(job->tail.size() - s.size(), s.size(), s) == 0;
+    }
+    if (stopped || g.generated() >= job->max_tokens) {
+      job->on_done(stopped ? Finish::stop : Finish::length, {});
+      std::erase(active, job);
+    }
+  }
+}
+
+}  // namespace lockstep::serve

@@ -1,0 +1,187 @@
+#include "serve/http_api.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+
+#include "core/host_math.hpp"
+
+namespace lockstep::serve {
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, message, field); }
+
+int64_t integer(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer())
+    throw bad(field, "'" + field + "' must be an integer, got " + v.dump());
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
+    throw bad(field, "'" + field + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    throw bad(field, "'" + field + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+  return x;
+}
+
+float real(const json& v, const std::string& field) {
+  if (!v.is_number()) throw bad(field, "'" + field + "' must be a number, got " + v.dump());
+  // The JSON number as a double, then rounded to f32 (docs/HTTP.md says when that can differ
+  // from `generate`'s direct rounding of the decimal text: never for up to 7 significant digits).
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > 3.4e38) throw bad(field, "'" + field + "' is out of range: " + v.dump());
+  return static_cast<float>(d);
+}
+
+bool boolean(const json& v, const std::string& field) {
+  if (!v.is_boolean()) throw bad(field, "'" + field + "' must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+std::vector<int32_t> bytes_of(const std::string& text, const Model& model, const std::string& field) {
+  if (model.config().vocab_size != 256)
+    throw bad(field, "this model's vocabulary has " + std::to_string(model.config().vocab_size) +
+                         " ids, not bytes: give '" + field + "' as an array of token ids");
+  std::vector<int32_t> out;
+  for (unsigned char c : text) out.push_back(c);
+  return out;
+}
+
+}  // namespace
+
+std::string error_json(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string chat_prompt(const json& messages) {
+  if (!messages.is_array() || messages.empty())
+    throw bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+  std::string text;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string field = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      throw bad(field, "'" + field + "' must be an object with string 'role' and 'content'");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant")
+      throw bad(field + ".role", "'" + field + ".role' must be system, user or assistant, got '" + role + "'");
+    text += role + ": " + m["content"].get<std::string>() + "\n";
+  }
+  return text + "assistant:";
+}
+
+CompletionRequest parse_completion(const std::string& body, const Model& model, bool chat) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+  CompletionRequest r;
+  r.chat = chat;
+  const int32_t vocab = model.config().vocab_size;
+  if (chat) {
+    if (!j.contains("messages")) throw bad("messages", "'messages' is required");
+    r.prompt = bytes_of(chat_prompt(j["messages"]), model, "messages");
+  } else {
+    if (!j.contains("prompt")) throw bad("prompt", "'prompt' is required");
+    const json& p = j["prompt"];
+    if (p.is_string()) {
+      r.prompt = bytes_of(p.get<std::string>(), model, "prompt");
+    } else if (p.is_array()) {
+      if (p.size() > static_cast<size_t>(max_request_tokens)) throw bad("prompt", "'prompt' has too many tokens");
+      for (size_t i = 0; i < p.size(); ++i)
+        r.prompt.push_back(static_cast<int32_t>(integer(p[i], "prompt[" + std::to_string(i) + "]", 0, vocab - 1)));
+    } else {
+      throw bad("prompt", "'prompt' must be a string or an array of token ids (one prompt per request)");
+    }
+    if (r.prompt.empty()) throw bad("prompt", "'prompt' is empty; generation needs at least one token");
+  }
+  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  const char* tokens_field = chat && has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (has(tokens_field)) r.max_tokens = static_cast<int32_t>(integer(j[tokens_field], tokens_field, 0, max_request_tokens));
+  if (has("temperature")) {
+    r.sampling.temperature = real(j["temperature"], "temperature");
+    if (!(r.sampling.temperature >= 0)) throw bad("temperature", "'temperature' must be >= 0");
+  }
+  if (has("top_p")) {
+    r.sampling.top_p = real(j["top_p"], "top_p");
+    if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) throw bad("top_p", "'top_p' must be in (0, 1]");
+  }
+  if (has("top_k")) r.sampling.top_k = static_cast<int32_t>(integer(j["top_k"], "top_k", 0, vocab));
+  if (has("seed")) {
+    const json& s = j["seed"];
+    if (!s.is_number_integer() || (!s.is_number_unsigned() && s.get<int64_t>() < 0))
+      throw bad("seed", "'seed' must be an integer in [0, 2^64 - 1], got " + s.dump());
+    r.sampling.seed = s.get<uint64_t>();
+    r.seed_given = true;
+  }
+  if (has("stop")) {
+    const json& s = j["stop"];
+    if (s.is_string()) r.stop.push_back(s.get<std::string>());
+    else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
+      for (const json& x : s) r.stop.push_back(x.get<std::string>());
+    else
+      throw bad("stop", "'stop' must be a string or an array of at most 4 strings");
+    for (const std::string& x : r.stop)
+      if (x.empty()) throw bad("stop", "'stop' strings must not be empty");
+  }
+  if (has("n")) r.n = static_cast<int32_t>(integer(j["n"], "n", 1, max_choices));
+  if (has("echo")) r.echo = boolean(j["echo"], "echo");
+  if (has("stream")) r.stream = boolean(j["stream"], "stream");
+  if (chat) {
+    if (has("logprobs") && boolean(j["logprobs"], "logprobs"))
+      r.logprobs = has("top_logprobs") ? static_cast<int32_t>(integer(j["top_logprobs"], "top_logprobs", 0, max_logprobs)) : 0;
+    if (r.echo) throw bad("echo", "'echo' is for completions, not chat completions");
+  } else if (has("logprobs")) {
+    r.logprobs = static_cast<int32_t>(integer(j["logprobs"], "logprobs", 0, max_logprobs));
+  }
+  if (has("best_of") && !(j["best_of"].is_number_integer() && j["best_of"].get<int64_t>() == r.n))
+    throw bad("best_of", "'best_of' is not supported (only equal to n)");
+  try {
+    r.sampling.validate();
+  } catch (const std::exception& e) {
+    throw ApiError(400, e.what());
+  }
+  return r;
+}
+
+std::string token_text(int32_t token) {
+  if (token >= 0x20 && token < 0x7f) return std::string(1, static_cast<char>(token));
+  if (token == '\n') return "\n";
+  if (token == '\t') return "\t";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "bytes:\\x%02x", static_cast<unsigned>(token & 0xff));
+  return token < 256 ? std::string(buf) : "<" + std::to_string(token) + ">";
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t top) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (float l : logits) m = std::max(m, static_cast<double>(l));
+  double sum = 0;
+  for (float l : logits) sum += host_exp(static_cast<double>(l) - m);
+  const double lse = m + host_log(sum);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = static_cast<double>(logits[static_cast<size_t>(token)]) - lse;
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+           (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i)
+    out.top.emplace_back(ids[i], static_cast<double>(logits[static_cast<size_t>(ids[i])]) - lse);
+  return out;
+}
+
+}  // namespace lockstep::serve

@@ -1,0 +1,71 @@
+// The OpenAI-compatible request and response shapes (docs/HTTP.md): parsing and checking a
+// completion request, the JSON of answers, chunks and errors. No sockets here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lockstep/generator.hpp"
+#include "lockstep/model.hpp"
+
+namespace lockstep::serve {
+
+// A request the client got wrong: HTTP `status`, OpenAI's error `type`, the field (`param`).
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string param = {}, std::string type = "invalid_request_error",
+           std::string code = {})
+      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)),
+        code(std::move(code)) {}
+  int status;
+  std::string param, type, code;
+};
+
+// {"error": {"message", "type", "param", "code"}} with null for an empty param or code.
+std::string error_json(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code);
+
+struct CompletionRequest {
+  bool chat = false;
+  std::vector<int32_t> prompt;  // token ids (the bytes of a string prompt)
+  int32_t max_tokens = 16;
+  SamplingOptions sampling{1.0f, 0, 1.0f, 0};  // OpenAI's defaults: temperature 1, top_p 1
+  bool seed_given = false;
+  std::vector<std::string> stop;
+  int32_t n = 1;
+  bool echo = false;
+  int32_t logprobs = -1;  // -1: none; else the top N per token (0..20)
+  bool stream = false;
+};
+
+inline constexpr int32_t max_choices = 16;
+inline constexpr int32_t max_logprobs = 20;
+inline constexpr int32_t max_request_tokens = 1 << 20;
+
+// Throws ApiError (400 naming the field) for anything wrong. `chat`: a chat completion, whose
+// `messages` become the prompt through chat_prompt.
+CompletionRequest parse_completion(const std::string& body, const Model& model, bool chat);
+
+// The chat template for a base byte model: each message as "<role>: <content>\n", then
+// "assistant:" — the text the model continues.
+std::string chat_prompt(const nlohmann::json& messages);
+
+// A byte token as logprobs show it: the character when printable ASCII, else "bytes:\xNN".
+std::string token_text(int32_t token);
+
+// The log-probabilities (temperature 1) of `token` and of the `top` most likely tokens (ties
+// to the lower id), computed in double in index order with lockstep's own exp and log, so they
+// are the same bits everywhere.
+struct TokenLogprobs {
+  int32_t token = 0;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t top);
+
+}  // namespace lockstep::serve

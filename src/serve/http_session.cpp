@@ -1,0 +1,443 @@
+#include "serve/http_session.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/read.hpp>
+
+#include "core/sha256.hpp"
+#include "serve/playground.hpp"
+
+namespace lockstep::serve {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string hex(size_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%zx", n);
+  return buf;
+}
+
+uint64_t random_u64() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
+}
+
+std::string random_id(const char* prefix) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(random_u64()));
+  return buf;
+}
+
+}  // namespace
+
+HttpSession::HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed)
+    : socket_(std::move(socket)), timer_(socket_.get_executor()), context_(context), on_closed_(std::move(on_closed)) {}
+
+void HttpSession::start() {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+}
+
+void HttpSession::stop() {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    self->stopping_ = true;
+    if (!self->in_request_) self->close();
+  });
+}
+
+void HttpSession::arm(std::chrono::milliseconds after) {
+  const uint64_t generation = ++timer_generation_;
+  if (after.count() <= 0) return;
+  timer_.expires_after(after);
+  timer_.async_wait([self = shared_from_this(), generation](const boost::system::error_code& ec) {
+    if (!ec && generation == self->timer_generation_) self->close();
+  });
+}
+
+void HttpSession::read_request() {
+  if (stopping_ || closed_) return close();
+  parser_.emplace();
+  parser_->body_limit(context_.max_body);
+  parser_->header_limit(16 * 1024);
+  arm(context_.read_timeout);
+  http::async_read(socket_, buffer_, *parser_,
+                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) { self->on_request(ec); });
+}
+
+void HttpSession::on_request(const boost::system::error_code& ec) {
+  ++timer_generation_;
+  if (closed_) return;
+  in_request_ = true;
+  endpoint_ = "other";
+  keep_alive_ = false;
+  request_ = {};
+  if (ec == http::error::body_limit) {
+    return respond_error(413, "the request body is larger than the server's limit of " +
+                                  std::to_string(context_.max_body) + " bytes (--max-body)");
+  }
+  if (ec == http::error::header_limit) return respond_error(431, "the request's headers are too large");
+  if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+      ec == asio::error::connection_reset || ec == asio::error::bad_descriptor) {
+    in_request_ = false;
+    return close();
+  }
+  if (ec) return respond_error(400, "the request is not valid HTTP/1.1: " + ec.message());
+  request_ = parser_->release();
+  keep_alive_ = request_.keep_alive();
+  try {
+    route();
+  } catch (const ApiError& e) {
+    respond_error(e.status, e.what(), e.param, e.type, e.code);
+  } catch (const std::exception& e) {
+    respond_error(500, std::string("the server failed: ") + e.what(), {}, "server_error");
+  }
+}
+
+void HttpSession::route() {
+  std::string path(request_.target());
+  if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
+  const http::verb method = request_.method();
+  struct Route {
+    const char* path;
+    http::verb method;
+  };
+  static const Route routes[] = {{"/", http::verb::get},
+                                 {"/health", http::verb::get},
+                                 {"/metrics", http::verb::get},
+                                 {"/v1/models", http::verb::get},
+                                 {"/v1/completions", http::verb::post},
+                                 {"/v1/chat/completions", http::verb::post}};
+  const Route* route = nullptr;
+  for (const Route& r : routes)
+    if (path == r.path) route = &r;
+  if (!route) return respond_error(404, "no such endpoint: " + path, {}, "invalid_request_error", "not_found");
+  endpoint_ = route->path;
+  const bool head = method == http::verb::head && route->method == http::verb::get;
+  if (method != route->method && !head)
+    return respond_error(405, std::string("method ") + std::string(request_.method_string()) + " is not allowed on " +
+                                  path + "; use " + std::string(http::to_string(route->method)),
+                         {}, "invalid_request_error", "method_not_allowed");
+  if (path == "/health") {
+    if (context_.draining.load()) return respond(503, "application/json", R"({"status":"draining"})");
+    return respond(200, "application/json", dump(json{{"status", "ok"}, {"model", context_.model_name}}));
+  }
+  if (context_.draining.load())
+    return respond_error(503, "the server is shutting down", {}, "server_error", "draining");
+  if (!context_.api_key.empty() && path.rfind("/v1/", 0) == 0) {
+    const auto auth = request_.find(http::field::authorization);
+    if (auth == request_.end() || auth->value() != "Bearer " + context_.api_key)
+      return respond_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'", {},
+                           "invalid_request_error", "invalid_api_key");
+  }
+  if (path == "/") return respond(200, "text/html; charset=utf-8", std::string(playground_html()));
+  if (path == "/metrics") {
+    const auto [reused, computed] = context_.cache_rows();
+    return respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                   context_.metrics.text(context_.model_name, context_.model->profile(),
+                                         context_.model->parameters_sha256(), reused, computed));
+  }
+  if (path == "/v1/models") {
+    json m = {{"id", context_.model_name},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "lockstep"},
+              {"parameters_sha256", context_.model->parameters_sha256()},
+              {"profile", context_.model->profile()},
+              {"window", context_.model->config().length}};
+    return respond(200, "application/json", dump(json{{"object", "list"}, {"data", json::array({m})}}));
+  }
+  completion(path == "/v1/chat/completions");
+}
+
+void HttpSession::completion(bool chat) {
+  completion_ = parse_completion(request_.body(), *context_.model, chat);
+  const CompletionRequest& r = completion_;
+  if (!r.seed_given) completion_.sampling.seed = random_u64();
+  prompt_text_.clear();
+  for (int32_t t : r.prompt) prompt_text_.push_back(static_cast<char>(t & 0xff));
+  ++request_seq_;
+  error_.clear();
+  choices_.clear();
+  choices_.resize(static_cast<size_t>(r.n));
+  finished_ = 0;
+  abandoned_ = false;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    GenerateOptions g;
+    g.sampling = r.sampling;
+    g.sampling.seed = r.sampling.seed + i;  // wraps past 2^64 - 1, as unsigned arithmetic does
+    g.max_tokens = r.max_tokens;
+    g.truncate_prompt = true;
+    auto job = std::make_shared<GenerationJob>();
+    try {
+      job->generator = std::make_unique<Generator>(context_.model, r.prompt, g);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), chat ? "messages" : "prompt");
+    }
+    job->max_tokens = r.max_tokens;
+    job->stops = r.stop;
+    const int32_t top = r.logprobs;
+    const uint64_t seq = request_seq_;
+    job->on_token = [self = shared_from_this(), i, top, seq](int32_t token, std::span<const float> logits) {
+      std::optional<TokenLogprobs> lp;
+      if (top >= 0) lp = token_logprobs(logits, token, top);
+      asio::post(self->socket_.get_executor(), [self, i, token, lp, seq] {
+        if (seq == self->request_seq_) self->on_token(i, token, lp);
+      });
+    };
+    job->on_done = [self = shared_from_this(), i, seq](Finish f, const std::string& error) {
+      asio::post(self->socket_.get_executor(), [self, i, f, error, seq] {
+        if (seq == self->request_seq_) self->on_done(i, f, error);
+      });
+    };
+    choices_[i].job = std::move(job);
+    choices_[i].seed = g.sampling.seed;
+  }
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (!context_.engine.submit(choices_[i].job)) {
+      // Those already queued are cancelled; their ends come back and are only counted.
+      for (size_t k = 0; k < i; ++k) choices_[k].job->cancelled.store(true);
+      abandoned_ = true;
+      finished_ = choices_.size() - i;  // the ones never submitted will not report
+      if (i == 0) choices_.clear();
+      else work_ = asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked);
+      return respond_error(429, "the server has --max-queue requests waiting; try again later", {}, "server_error",
+                           "queue_full");
+    }
+    context_.metrics.prompt_tokens.fetch_add(r.prompt.size(), std::memory_order_relaxed);
+  }
+  work_ = asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked);
+  id_ = random_id(chat ? "chatcmpl-" : "cmpl-");
+  created_ = static_cast<int64_t>(std::time(nullptr));
+  if (r.stream) {
+    context_.metrics.count_request(endpoint_, 200);
+    send("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+         "Transfer-Encoding: chunked\r\nConnection: " +
+             std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n",
+         false);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      if (chat) send_event(chunk_json(i, "", std::nullopt, nullptr, true));
+      else if (r.echo) send_event(chunk_json(i, choices_[i].utf8.push(prompt_text_), std::nullopt, nullptr, false));
+    }
+  }
+  watch_disconnect();
+}
+
+void HttpSession::watch_disconnect() {
+  socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->closed_ || self->finished_ == self->choices_.size()) return;
+    char byte;
+    const ssize_t n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      self->close();  // the client left: its generations leave the batch
+      return;
+    }
+    if (n < 0) self->watch_disconnect();
+    // n > 0: a pipelined request waits; it is read after this response.
+  });
+}
+
+void HttpSession::cancel_generation() {
+  if (finished_ >= choices_.size() || abandoned_) return;
+  abandoned_ = true;
+  for (Choice& c : choices_)
+    if (!c.finish && c.job) c.job->cancelled.store(true);
+}
+
+void HttpSession::send_event(const std::string& data) {
+  const std::string event = "data: " + data + "\n\n";
+  send(hex(event.size()) + "\r\n" + event + "\r\n", false);
+}
+
+void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp) {
+  if (abandoned_ || closed_) return;
+  Choice& c = choices_[index];
+  const char byte = static_cast<char>(token & 0xff);
+  c.bytes.push_back(byte);
+  if (lp) c.logprobs.push_back(*lp);
+  if (completion_.stream) {
+    const std::string text = c.utf8.push(std::string_view(&byte, 1));
+    if (!text.empty() || lp) send_event(chunk_json(index, text, lp, nullptr, completion_.chat));
+  }
+}
+
+void HttpSession::on_done(size_t index, Finish finish, const std::string& error) {
+  ++finished_;
+  if (abandoned_ || closed_) {
+    if (finished_ >= choices_.size()) work_ = {};
+    return;
+  }
+  Choice& c = choices_[index];
+  c.finish = finish;
+  if (finish == Finish::error) error_ = error;
+  if (completion_.stream)
+    send_event(chunk_json(index, c.utf8.finish(), std::nullopt, finish_name(finish), completion_.chat));
+  if (finished_ == choices_.size()) finish_completion();
+}
+
+json HttpSession::logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset) const {
+  if (completion_.chat) {
+    json content = json::array();
+    for (const TokenLogprobs& t : lps) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) top.push_back({{"token", token_text(id)}, {"logprob", lp}, {"bytes", {id}}});
+      content.push_back({{"token", token_text(t.token)}, {"logprob", t.logprob}, {"bytes", {t.token}}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  for (const TokenLogprobs& t : lps) {
+    tokens.push_back(token_text(t.token));
+    token_logprobs.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[token_text(id)] = lp;
+    top_logprobs.push_back(top);
+    offsets.push_back(text_offset++);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+}
+
+std::string HttpSession::chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,
+                                    const char* finish, bool chat) const {
+  json choice = {{"index", index}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+  if (lp) choice["logprobs"] = logprobs_json({*lp}, choices_[index].bytes.size() - 1);
+  else choice["logprobs"] = nullptr;
+  if (chat) {
+    choice["delta"] = text.empty() && !finish && choices_[index].bytes.empty() ? json{{"role", "assistant"}, {"content", ""}}
+                                                                                 : json{{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  if (finish) {
+    choice["seed"] = choices_[index].seed;
+    choice["sha256"] = sha256_hex(choices_[index].bytes.data(), choices_[index].bytes.size());
+  }
+  json j = {{"id", id_},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", context_.model_name},
+            {"choices", json::array({choice})},
+            {"seed", completion_.sampling.seed}};
+  return dump(j);
+}
+
+void HttpSession::finish_completion() {
+  work_ = {};
+  const CompletionRequest& r = completion_;
+  if (r.stream) {
+    const std::string done = "data: [DONE]\n\n";
+    send(hex(done.size()) + "\r\n" + done + "\r\n0\r\n\r\n", !keep_alive_ || stopping_);
+    response_done_ = true;
+    if (!writing_) write_next();
+    return;
+  }
+  if (!error_.empty()) return respond_error(500, "generation failed: " + error_, {}, "server_error");
+  json choices = json::array();
+  size_t generated = 0;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    generated += c.bytes.size();
+    const std::string text = valid_utf8((r.echo ? prompt_text_ : std::string()) + c.bytes);
+    json choice = {{"index", i},
+                   {"finish_reason", finish_name(*c.finish)},
+                   {"logprobs", r.logprobs >= 0 ? logprobs_json(c.logprobs, r.echo ? prompt_text_.size() : 0) : json(nullptr)},
+                   {"seed", c.seed},
+                   {"sha256", sha256_hex(c.bytes.data(), c.bytes.size())}};
+    if (r.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else choice["text"] = text;
+    choices.push_back(choice);
+  }
+  const size_t prompt_tokens = r.prompt.size();
+  json j = {{"id", id_},
+            {"object", r.chat ? "chat.completion" : "text_completion"},
+            {"created", created_},
+            {"model", context_.model_name},
+            {"choices", choices},
+            {"usage",
+             {{"prompt_tokens", prompt_tokens}, {"completion_tokens", generated}, {"total_tokens", prompt_tokens + generated}}},
+            {"seed", r.sampling.seed}};
+  respond(200, "application/json", dump(j));
+}
+
+void HttpSession::respond(int status, const std::string& content_type, const std::string& body,
+                          const std::vector<std::pair<std::string, std::string>>& headers) {
+  context_.metrics.count_request(endpoint_, status);
+  const bool close_after = !keep_alive_ || stopping_ || status == 413 || (status == 400 && !parser_->is_done());
+  std::string text = "HTTP/1.1 " + std::to_string(status) + " " +
+                     std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
+  text += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  for (const auto& [k, v] : headers) text += k + ": " + v + "\r\n";
+  text += close_after ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+  if (request_.method() != http::verb::head) text += body;
+  response_done_ = true;
+  send(std::move(text), close_after);
+}
+
+void HttpSession::respond_error(int status, const std::string& message, const std::string& param,
+                                const std::string& type, const std::string& code) {
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (status == 405) {
+    for (const char* p : {"/", "/health", "/metrics", "/v1/models"})
+      if (endpoint_ == p) headers.emplace_back("Allow", "GET, HEAD");
+    if (headers.empty()) headers.emplace_back("Allow", "POST");
+  }
+  if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
+  respond(status, "application/json", error_json(message, type, param, code), headers);
+}
+
+void HttpSession::send(std::string bytes, bool close_after) {
+  if (closed_) return;
+  if (close_after) close_after_writes_ = true;
+  if (!bytes.empty()) writes_.push_back(std::move(bytes));
+  if (!writing_) write_next();
+}
+
+void HttpSession::write_next() {
+  if (closed_) return;
+  if (writes_.empty()) {
+    writing_ = false;
+    ++timer_generation_;
+    if (!response_done_) return;  // a stream waiting for tokens
+    response_done_ = false;
+    in_request_ = false;
+    if (close_after_writes_) return close();
+    return read_request();
+  }
+  writing_ = true;
+  arm(context_.write_timeout);
+  asio::async_write(socket_, asio::buffer(writes_.front()),
+                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                      if (ec) return self->close();
+                      self->writes_.pop_front();
+                      self->write_next();
+                    });
+}
+
+void HttpSession::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  cancel_generation();
+  ++timer_generation_;
+  boost::system::error_code ec;
+  timer_.cancel();
+  socket_.shutdown(asio::socket_base::shutdown_both, ec);
+  socket_.close(ec);
+  try {
+    if (on_closed_) on_closed_(this);
+  } catch (...) {
+  }
+}
+
+}  // namespace lockstep::serve

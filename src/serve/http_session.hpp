@@ -1,0 +1,123 @@
+// One HTTP/1.1 connection (Boost.Beast's parser over the server's Asio loop): requests one after
+// another (keep-alive), each answered in full before the next is read. A completion hands its
+// generation to the GenerationEngine and holds nothing but its callbacks until tokens come back,
+// posted to this connection's strand; a streamed one writes each piece as server-sent events.
+// A client that goes away cancels its generations (they leave the batch at the next step).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "lockstep/model.hpp"
+#include "serve/connection.hpp"
+#include "serve/generation_engine.hpp"
+#include "serve/http_api.hpp"
+#include "serve/metrics.hpp"
+#include "serve/utf8_stream.hpp"
+
+namespace lockstep::serve {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+
+// What every HTTP connection shares; owned by the server.
+struct HttpContext {
+  std::shared_ptr<const Model> model;
+  std::string model_name;
+  GenerationEngine& engine;
+  Metrics& metrics;
+  std::function<std::pair<uint64_t, uint64_t>()> cache_rows;  // (reused, computed) of the prefix cache
+  size_t max_body = size_t{1} << 20;
+  std::chrono::milliseconds read_timeout{30'000};   // a request's head and body (idle time before it included)
+  std::chrono::milliseconds write_timeout{30'000};  // one write, before the client is dropped
+  std::string api_key;                              // "": no authentication
+  std::atomic<bool>& draining;                      // /health 503, new requests 503
+};
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  using Closed = std::function<void(HttpSession*)>;
+  HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed);
+  void start();
+  // Closes once the response under way (if any) is written. Any thread.
+  void stop();
+
+ private:
+  struct Choice {
+    std::shared_ptr<GenerationJob> job;
+    std::string bytes;  // generated
+    Utf8Stream utf8;    // streaming
+    std::vector<TokenLogprobs> logprobs;
+    std::optional<Finish> finish;
+    uint64_t seed = 0;
+  };
+
+  void read_request();
+  void on_request(const boost::system::error_code& ec);
+  void route();
+  void completion(bool chat);
+  void on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp);
+  void on_done(size_t index, Finish finish, const std::string& error);
+  void finish_completion();
+  void watch_disconnect();
+  void cancel_generation();
+
+  void respond(int status, const std::string& content_type, const std::string& body,
+               const std::vector<std::pair<std::string, std::string>>& headers = {});
+  void respond_error(int status, const std::string& message, const std::string& param = {},
+                     const std::string& type = "invalid_request_error", const std::string& code = {});
+  void send(std::string bytes, bool close_after);
+  void write_next();
+  void after_response();
+  void close() noexcept;
+  void arm(std::chrono::milliseconds after);
+
+  std::string chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,
+                         const char* finish, bool chat) const;
+  void send_event(const std::string& data);
+  nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset) const;
+
+  StreamSocket socket_;
+  asio::steady_timer timer_;
+  uint64_t timer_generation_ = 0;
+  const HttpContext& context_;
+  Closed on_closed_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  std::string endpoint_;  // for the metrics
+  bool keep_alive_ = false;
+  bool in_request_ = false;  // between a request's first byte and its response's end
+  bool stopping_ = false;
+  bool closed_ = false;
+  // Writes, one at a time.
+  std::deque<std::string> writes_;
+  bool writing_ = false;
+  bool close_after_writes_ = false;
+  bool response_done_ = false;  // the response's last bytes are queued
+  // The completion under way.
+  CompletionRequest completion_;
+  std::vector<Choice> choices_;
+  size_t finished_ = 0;
+  bool abandoned_ = false;
+  uint64_t request_seq_ = 0;  // callbacks of an earlier request are ignored  // the client left or the request failed: ends are only counted
+  std::string error_;
+  std::string id_;
+  int64_t created_ = 0;
+  std::string prompt_text_;  // the prompt's bytes, for echo
+  asio::any_io_executor work_;  // keeps the loop running while the engine holds our callbacks
+};
+
+}  // namespace lockstep::serve

@@ -1,0 +1,434 @@
+"""The HTTP API (docs/HTTP.md) against the real `lockstep serve --http` on loopback: every
+endpoint, every error, equality with `lockstep generate`, streaming, batching, drain."""
+import hashlib
+import http.client
+import json
+import signal
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from conftest import generate, run
+
+
+def completion(server, **body):
+    status, answer = server.post("/v1/completions", body)
+    assert status == 200, answer
+    return answer
+
+
+def stream(server, body, timeout=30):
+    """The events of a streamed completion, parsed, and whether [DONE] ended them."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    conn.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}))
+    r = conn.getresponse()
+    assert r.status == 200
+    assert r.getheader("Content-Type") == "text/event-stream"
+    raw = r.read().decode("utf-8")  # every piece is valid UTF-8
+    conn.close()
+    events = [e[len("data: "):] for e in raw.split("\n\n") if e]
+    assert all(e for e in events)
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+CASES = [
+    dict(prompt="Hello", tokens=20, temperature="0", seed=0),
+    dict(prompt="Hello", tokens=40, temperature="0.8", seed=5),
+    dict(prompt="The quick brown fox", tokens=70, temperature="1", seed=9, top_k=20),  # past the 32-byte window
+    dict(prompt="abc", tokens=30, temperature="0.7", seed=2, top_p="0.9"),
+    dict(prompt="x" * 50, tokens=10, temperature="0.5", seed=1),  # prompt longer than the window
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_completion_equals_generate(shared_server, model, case):
+    expected = generate(model, case["prompt"], case["tokens"], case["temperature"], case["seed"],
+                        case.get("top_k", 0), case.get("top_p", "1"))
+    body = dict(prompt=case["prompt"], max_tokens=case["tokens"], temperature=float(case["temperature"]),
+                seed=case["seed"], top_k=case.get("top_k", 0), top_p=float(case.get("top_p", "1")))
+    answer = completion(shared_server, **body)
+    choice = answer["choices"][0]
+    assert choice["text"] == expected.decode("utf-8", errors="replace")
+    assert choice["sha256"] == hashlib.sha256(expected).hexdigest()
+    assert choice["finish_reason"] == "length"
+    assert answer["object"] == "text_completion" and answer["id"].startswith("cmpl-")
+    assert answer["model"] == "tiny" and isinstance(answer["created"], int)
+    assert answer["usage"] == {"prompt_tokens": len(case["prompt"]), "completion_tokens": case["tokens"],
+                               "total_tokens": len(case["prompt"]) + case["tokens"]}
+    # Streamed: the same text, never split inside a character, then finish_reason and [DONE].
+    events = stream(shared_server, body)
+    assert "".join(e["choices"][0]["text"] for e in events) == choice["text"]
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+    assert events[-1]["choices"][0]["sha256"] == choice["sha256"]
+
+
+def test_token_array_prompt_and_echo(shared_server, model):
+    expected = generate(model, "Hi there", 12, "0.9", 4)
+    a = completion(shared_server, prompt=list(b"Hi there"), max_tokens=12, temperature=0.9, seed=4, echo=True)
+    assert a["choices"][0]["text"] == ("Hi there".encode() + expected).decode("utf-8", errors="replace")
+
+
+def test_stop_strings(shared_server, model):
+    full = generate(model, "Hello", 40, "0.8", 5)
+    at = next(i for i in range(3, len(full)) if 0x21 <= full[i] < 0x7f and full[i] not in full[:i])
+    stop = chr(full[at])
+    expected = generate(model, "Hello", 40, "0.8", 5, stop=stop)
+    assert expected == full[:at + 1]  # generate's text ends with the stop string, which it keeps
+    a = completion(shared_server, prompt="Hello", max_tokens=40, temperature=0.8, seed=5, stop=[stop, "zzzz"])
+    assert a["choices"][0]["text"] == expected.decode("utf-8", errors="replace")
+    assert a["choices"][0]["finish_reason"] == "stop"
+
+
+def test_n_choices_use_seed_plus_i(shared_server, model):
+    a = completion(shared_server, prompt="Hello", max_tokens=15, temperature=1.0, seed=100, n=3)
+    assert [c["index"] for c in a["choices"]] == [0, 1, 2]
+    for i, c in enumerate(a["choices"]):
+        assert c["seed"] == 100 + i
+        assert c["text"] == generate(model, "Hello", 15, "1", 100 + i).decode("utf-8", errors="replace")
+
+
+def test_seed_picked_and_returned(shared_server):
+    a = completion(shared_server, prompt="Hello", max_tokens=15, temperature=1.0)
+    seed = a["seed"]
+    b = completion(shared_server, prompt="Hello", max_tokens=15, temperature=1.0, seed=seed)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"]
+
+
+def test_logprobs(shared_server):
+    a = completion(shared_server, prompt="Hello", max_tokens=6, temperature=0, seed=0, logprobs=3)
+    lp = a["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 6
+    assert all(len(t) == 3 for t in lp["top_logprobs"])
+    assert all(x <= 0 for x in lp["token_logprobs"])
+    # Greedy: the chosen token is the most likely one.
+    for tok, top, x in zip(lp["tokens"], lp["top_logprobs"], lp["token_logprobs"]):
+        assert max(top.values()) == x and top[tok] == x
+    b = completion(shared_server, prompt="Hello", max_tokens=6, temperature=0, seed=0, logprobs=3)
+    assert a["choices"][0]["logprobs"] == b["choices"][0]["logprobs"]
+
+
+
+def test_health_models_playground(shared_server):
+    status, headers, body = shared_server.request("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    status, _, body = shared_server.request("GET", "/v1/models")
+    m = json.loads(body)
+    assert status == 200 and m["object"] == "list" and m["data"][0]["id"] == "tiny"
+    status, headers, body = shared_server.request("GET", "/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    page = body.decode()
+    assert "<textarea" in page and "/v1/completions" in page and "sha256" in page
+    assert "https://" not in page and "http://" not in page  # nothing from the internet
+
+
+def expect_error(server, method, path, body, status, param=None, headers=None):
+    got, _, data = server.request(method, path, body, headers)
+    assert got == status, data
+    e = json.loads(data)["error"]
+    assert set(e) == {"message", "type", "param", "code"}
+    if param:
+        assert e["param"] == param and param in e["message"], e
+    return e
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"max_tokens": 3}, "prompt"),
+    ({"prompt": 5}, "prompt"),
+    ({"prompt": ""}, "prompt"),
+    ({"prompt": [1, 300]}, "prompt[1]"),
+    ({"prompt": "a", "temperature": -1}, "temperature"),
+    ({"prompt": "a", "temperature": "hot"}, "temperature"),
+    ({"prompt": "a", "top_p": 0}, "top_p"),
+    ({"prompt": "a", "top_k": -1}, "top_k"),
+    ({"prompt": "a", "max_tokens": -1}, "max_tokens"),
+    ({"prompt": "a", "seed": -1}, "seed"),
+    ({"prompt": "a", "n": 0}, "n"),
+    ({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"prompt": "a", "logprobs": 21}, "logprobs"),
+    ({"prompt": "a", "stream": "yes"}, "stream"),
+    ({"prompt": "a", "echo": 1}, "echo"),
+])
+def test_bad_fields_are_400_naming_them(shared_server, body, param):
+    expect_error(shared_server, "POST", "/v1/completions", json.dumps(body).encode(), 400, param)
+
+
+def test_errors_404_405_400_413(shared_server):
+    e = expect_error(shared_server, "GET", "/v2/nothing", None, 404)
+    assert e["code"] == "not_found"
+    status, headers, _ = shared_server.request("GET", "/v1/completions")
+    assert status == 405 and headers["Allow"] == "POST"
+    status, headers, _ = shared_server.request("POST", "/health", b"{}")
+    assert status == 405 and "GET" in headers["Allow"]
+    expect_error(shared_server, "POST", "/v1/completions", b"{not json", 400)
+    e = expect_error(shared_server, "POST", "/v1/completions", json.dumps({"prompt": "a" * 5000}).encode(), 413)
+    assert "4096" in e["message"]
+
+
+def test_concurrent_requests_equal_their_solo_answers(serve):
+    s = serve("--http", "127.0.0.1:0", "--http-batch", "64")
+    bodies = [dict(prompt=f"req {i}", max_tokens=60 + 7 * i, temperature=0.9, seed=1000 + i, top_k=50)
+              for i in range(64)]
+    solo = [completion(s, **b)["choices"][0]["sha256"] for b in bodies]
+    results = [None] * len(bodies)
+
+    def worker(i):
+        if i % 2:
+            events = stream(s, bodies[i])
+            results[i] = events[-1]["choices"][0]["sha256"]
+        else:
+            results[i] = completion(s, **bodies[i])["choices"][0]["sha256"]
+
+    for _ in range(2):
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert results == solo
+    _, _, metrics = s.request("GET", "/metrics")
+    text = metrics.decode()
+    count = int(next(l for l in text.splitlines() if l.startswith("lockstep_batch_size_count")).split()[1])
+    total = float(next(l for l in text.splitlines() if l.startswith("lockstep_batch_size_sum")).split()[1])
+    assert count > 0 and total >= count
+
+
+def test_metrics(shared_server):
+    completion(shared_server, prompt="Hello", max_tokens=5, temperature=0, seed=0)
+    status, headers, body = shared_server.request("GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = body.decode()
+    for name in ["lockstep_model_info{", "lockstep_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}",
+                 "lockstep_prompt_tokens_total", "lockstep_generation_tokens_total", "lockstep_num_requests_waiting",
+                 "lockstep_num_requests_running", "lockstep_batch_size_bucket{le=\"+Inf\"}",
+                 "lockstep_time_to_first_token_seconds_bucket", "lockstep_time_per_output_token_seconds_count",
+                 "lockstep_prefix_cache_rows_reused_total"]:
+        assert name in text, name
+    _, _, models = shared_server.request("GET", "/v1/models")
+    sha = json.loads(models)["data"][0]["parameters_sha256"]
+    assert f'parameters_sha256="{sha}"' in text
+
+
+def wait_for_data(conn):
+    got = b""
+    while b"data: " not in got:
+        more = conn.recv(4096)
+        assert more, got
+        got += more
+
+
+def test_disconnect_leaves_the_batch(serve):
+    s = serve("--http", "127.0.0.1:0")
+    conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True}).encode()
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_for_data(conn)
+    conn.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        _, _, m = s.request("GET", "/metrics")
+        if "lockstep_num_requests_running 0" in m.decode():
+            return
+        time.sleep(0.05)
+    pytest.fail("the disconnected generation still runs")
+
+
+def test_non_streamed_disconnect_leaves_the_batch(serve):
+    s = serve("--http", "127.0.0.1:0")
+    conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000}).encode()
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_running(s, "1")
+    conn.close()
+    wait_running(s, "0")
+
+
+def wait_running(s, value):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        _, _, m = s.request("GET", "/metrics")
+        if f"lockstep_num_requests_running {value}\n" in m.decode():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"lockstep_num_requests_running did not become {value}")
+
+
+def test_write_timeout_drops_a_client_that_stops_reading(serve):
+    s = serve("--http", "127.0.0.1:0", "--write-timeout", "0.5")
+    conn = socket.socket()
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    conn.settimeout(10)
+    conn.connect(("127.0.0.1", s.port))
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True, "logprobs": 20}).encode()
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    # Never read: once the buffers are full a write waits past the timeout and the client is dropped.
+    def metric(name):
+        _, _, m = s.request("GET", "/metrics")
+        return int(next(l for l in m.decode().splitlines() if l.startswith(name + " ")).split()[1])
+
+    deadline = time.monotonic() + 30
+    while metric("lockstep_generation_tokens_total") == 0:  # admitted and generating
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    while metric("lockstep_num_requests_running") != 0:
+        assert time.monotonic() < deadline, "the stalled client still holds its generation"
+        time.sleep(0.1)
+    while conn.recv(65536):  # what was written, then the end: the server closed the connection
+        assert time.monotonic() < deadline
+    conn.close()
+
+
+def test_head_and_streamed_chat(shared_server, model):
+    status, headers, body = shared_server.request("HEAD", "/health")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
+    conn = http.client.HTTPConnection("127.0.0.1", shared_server.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0.7, "seed": 8,
+         "stream": True}))
+    r = conn.getresponse()
+    events = [e[len("data: "):] for e in r.read().decode().split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    expected = generate(model, "user: Hi\nassistant:", 12, "0.7", 8)
+    assert text == expected.decode("utf-8", errors="replace")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_queue_full_is_429(serve):
+    s = serve("--http", "127.0.0.1:0", "--http-batch", "1", "--max-queue", "0")
+    conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True}).encode()
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_for_data(conn)
+    e = expect_error(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "max_tokens": 2}).encode(), 429)
+    assert e["code"] == "queue_full"
+    conn.close()
+
+
+def test_api_key(serve, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    s = serve("--http", "127.0.0.1:0", "--api-key-file", str(key))
+    body = json.dumps({"prompt": "a", "max_tokens": 2}).encode()
+    e = expect_error(s, "POST", "/v1/completions", body, 401)
+    assert e["code"] == "invalid_api_key"
+    expect_error(s, "POST", "/v1/completions", body, 401, headers={"Authorization": "Bearer wrong"})
+    status, _, _ = s.request("POST", "/v1/completions", body, {"Authorization": "Bearer s3cret"})
+    assert status == 200
+    assert s.request("GET", "/health")[0] == 200
+
+
+def test_read_timeout_closes_a_silent_client(serve):
+    s = serve("--http", "127.0.0.1:0", "--read-timeout", "0.5")
+    conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+    start = time.monotonic()
+    assert conn.recv(100) == b""  # closed, nothing answered
+    assert time.monotonic() - start < 5
+    conn.close()
+
+
+def test_drain_on_sigterm(serve):
+    s = serve("--http", "127.0.0.1:0", "--drain-seconds", "1")
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
+    conn.request("POST", "/v1/completions",
+                 body=json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True}))
+    r = conn.getresponse()
+    assert r.status == 200
+    assert r.read(6) == b"data: "
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    status, _, body = s.request("GET", "/health", timeout=5)
+    assert status == 503 and json.loads(body)["status"] == "draining"
+    e = expect_error(s, "POST", "/v1/completions", json.dumps({"prompt": "a"}).encode(), 503)
+    assert e["code"] == "draining"
+    rest = "data: " + r.read().decode()
+    assert '"finish_reason":"abort"' in rest and rest.endswith("data: [DONE]\n\n")
+    assert s.proc.wait(10) == 128 + signal.SIGTERM
+
+
+def test_drain_lets_short_generations_finish(serve, model):
+    s = serve("--http", "127.0.0.1:0", "--drain-seconds", "30")
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
+    conn.request("POST", "/v1/completions",
+                 body=json.dumps({"prompt": "Hello", "max_tokens": 3000, "temperature": 0.5, "seed": 3, "stream": True}))
+    r = conn.getresponse()
+    assert r.read(6) == b"data: "
+    s.proc.send_signal(signal.SIGTERM)
+    rest = "data: " + r.read().decode()
+    assert '"finish_reason":"length"' in rest
+    assert s.proc.wait(20) == 128 + signal.SIGTERM
+
+
+def test_chat_completion(shared_server, model):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    status, a = shared_server.post("/v1/chat/completions",
+                                   {"messages": messages, "max_tokens": 10, "temperature": 0.7, "seed": 8})
+    assert status == 200, a
+    assert a["object"] == "chat.completion"
+    prompt = "system: Be brief.\nuser: Hi\nassistant:"
+    expected = generate(model, prompt, 10, "0.7", 8)
+    assert a["choices"][0]["message"] == {"role": "assistant", "content": expected.decode("utf-8", errors="replace")}
+    expect_error(shared_server, "POST", "/v1/chat/completions", json.dumps({"messages": []}).encode(), 400, "messages")
+    expect_error(shared_server, "POST", "/v1/chat/completions",
+                 json.dumps({"messages": [{"role": "robot", "content": "x"}]}).encode(), 400, "messages[0].role")
+
+
+# --listen: the frame protocol over TCP, the same model and batcher as the Unix socket.
+def read_frame(sock):
+    def exact(n):
+        buf = b""
+        while len(buf) < n:
+            got = sock.recv(n - len(buf))
+            assert got, "closed"
+            buf += got
+        return buf
+    (n,) = struct.unpack("<Q", exact(8))
+    return exact(n)
+
+
+def test_listen_tcp_serves_the_frame_protocol(serve, tmp_path):
+    sock_path = str(tmp_path / "s.sock")
+    s = serve("--socket", sock_path, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+    assert s.tcp_port and s.port, s.banner + s.err()
+    assert sock_path in s.banner
+    answers = []
+    for family, address in [(socket.AF_INET, ("127.0.0.1", s.tcp_port)), (socket.AF_UNIX, sock_path)]:
+        c = socket.socket(family, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(address)
+        hs = json.loads(read_frame(c))
+        assert hs["inputs"][0]["shape"] == [1, 32]
+        payload = struct.pack("<32i", *range(65, 97))
+        c.sendall(struct.pack("<Q", len(payload)) + payload)
+        answer = read_frame(c)
+        assert answer[0] == 0
+        answers.append(answer)
+        c.close()
+    assert answers[0] == answers[1]
+    assert s.request("GET", "/health")[0] == 200
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--listen", "0.0.0.0:0"], "--listen-any"),
+    (["--http", "0.0.0.0:0"], "--listen-any"),
+    (["--http", "example.com:80"], "numeric"),
+    (["--http", "127.0.0.1:99999"], "port"),
+    (["--http", "127.0.0.1"], "HOST:PORT"),
+    ([], "--socket"),
+])
+def test_listen_refusals(model, args, message):
+    r = run("serve", model, *args, timeout=30)
+    assert r.returncode != 0
+    assert message in r.stderr.decode(), r.stderr
+
+
+def test_help_says_why_loopback():
+    r = run("serve", "--help")
+    assert b"--listen-any" in r.stdout and b"authentication" in r.stdout

@@ -1,0 +1,52 @@
+"""The official OpenAI JavaScript client (npm `openai@6`, Node.js 20) against `--http`: a
+completion and a streamed completion whose text equals `lockstep generate`'s for the same seed.
+npm installs into a temporary folder outside the repository, bounded in time; where npm is
+missing or cannot reach its registry the test is skipped, saying so."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import generate
+
+SCRIPT = r"""
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: 'unused', maxRetries: 0, timeout: 20000 });
+const body = { model: 'tiny', prompt: 'Hello', max_tokens: 30, temperature: 0.8, seed: 5 };
+const c = await client.completions.create(body);
+let streamed = '';
+let finish = null;
+const s = await client.completions.create({ ...body, stream: true });
+for await (const chunk of s) {
+  streamed += chunk.choices[0].text;
+  if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+}
+console.log(JSON.stringify({ text: c.choices[0].text, finish: c.choices[0].finish_reason, streamed, stream_finish: finish }));
+"""
+
+
+@pytest.fixture(scope="module")
+def openai_dir(tmp_path_factory):
+    if not shutil.which("npm") or not shutil.which("node"):
+        pytest.skip("SKIPPED: npm or node is missing; the OpenAI JavaScript client test did not run")
+    folder = tmp_path_factory.mktemp("openai-js")
+    try:
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "openai@6"], cwd=folder,
+                           capture_output=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.skip("SKIPPED: npm install openai@6 took over 180 s (no registry?); the OpenAI client test did not run")
+    if r.returncode != 0 or not (folder / "node_modules" / "openai").exists():
+        pytest.skip("SKIPPED: npm could not install openai@6 (no registry?): " + r.stderr.decode()[-300:])
+    (folder / "check.mjs").write_text(SCRIPT)
+    return folder
+
+
+def test_openai_js_client_equals_generate(openai_dir, serve, model):
+    s = serve("--http", "127.0.0.1:0")
+    r = subprocess.run(["node", "check.mjs"], cwd=openai_dir, capture_output=True, timeout=60,
+                       env={"BASE_URL": f"http://127.0.0.1:{s.port}/v1", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr.decode()
+    got = json.loads(r.stdout)
+    expected = generate(model, "Hello", 30, "0.8", 5).decode("utf-8", errors="replace")
+    assert got == {"text": expected, "finish": "length", "streamed": expected, "stream_finish": "length"}
