@@ -41,7 +41,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded,
-                                const std::string& weight_format) {
+                                const std::string& weight_format, Q8Matrices* q8_out) {
   const bool q8 = weight_format == kQ8Format;
   if (!q8 && weight_format != "float32")
     refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
@@ -94,7 +94,15 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
       for (size_t i = 0; i < scale.size(); ++i)
         if (!std::isfinite(scale[i]) || scale[i] < 0.0f)
           refuse(path, "tensor '" + e.name + suffix + "' holds a bad scale (" + std::to_string(scale[i]) + ") at column " + std::to_string(i));
-      expand_q8(reinterpret_cast<const int8_t*>(data + t.begin), scale.data(), e.shape[0], e.shape[1], dst);
+      const int8_t* q = reinterpret_cast<const int8_t*>(data + t.begin);
+      expand_q8(q, scale.data(), e.shape[0], e.shape[1], dst);
+      if (q8_out) {
+        Q8Matrix& m = (*q8_out)[e.offset];
+        m.K = e.shape[0];
+        m.N = e.shape[1];
+        m.q.assign(q, q + e.count);
+        m.scale = std::move(scale);
+      }
     } else {
       std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "format/model_json.hpp"
+#include "format/q8.hpp"
 #include "lockstep/config.hpp"
 
 namespace lockstep::format {
@@ -20,11 +21,13 @@ namespace lockstep::format {
 // before the SHA-256 check.
 //
 // `weight_format` "q8": every matrix parameter is I8 with an F32 `<name>.scale` [columns] beside
-// it, expanded exactly (format/q8.hpp); vectors stay F32.
+// it, expanded exactly (format/q8.hpp); vectors stay F32. With `q8_out`, the int8 values and
+// scales of every matrix read are kept there too (by registry offset).
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded = {},
-                                const std::string& weight_format = "float32");
+                                const std::string& weight_format = "float32",
+                                Q8Matrices* q8_out = nullptr);
 
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
 // registry order (so the data section is exactly the flat vector's bytes).

@@ -53,7 +53,8 @@ void check_threads(int threads, bool zero_ok) {
 
 }  // namespace
 
-Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options)
+Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
+                  const format::Q8Matrices* q8)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
@@ -81,7 +82,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
   packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
-                              precision == Precision::bf16);
+                              precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8);
 }
 
 ThreadPool& Model::Impl::thread_pool() const {
@@ -129,11 +130,13 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   }
   // A frozen :load parameter is read from the file the run read (relative: from the current
   // directory), refused with LS-LOAD-001 when that file has changed.
+  format::Q8Matrices q8;
   std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
-                                                   d.config, weights->sha256, d.loaded, weights->format);
+                                                   d.config, weights->sha256, d.loaded, weights->format, &q8);
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
-  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options);
+  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8);
+  q8.clear();
   impl->source = d.source;
   impl->source.directory = resolved.model_dir;
   impl->source.trained_weights = trained;

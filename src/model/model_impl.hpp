@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
+#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
@@ -70,7 +71,10 @@ struct Model::Impl {
   mutable std::shared_ptr<ThreadPool> pool;
   mutable ScratchPool scratch;
 
-  Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options);
+  // `q8`: the int8 values and scales `params` were expanded from (a q8 model's file); under
+  // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8).
+  Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
+       const format::Q8Matrices* q8 = nullptr);
 
   const float* matmul_weights() const {
     return precision == Precision::bf16 ? bf16_parameters.data() : parameters.data();

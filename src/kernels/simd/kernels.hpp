@@ -28,16 +28,31 @@ AlignedFloats aligned_floats(size_t n);
 // Under precision bf16 the weights are bf16 values already, and may be stored as their 16-bit
 // halves (`bf16`): the kernel widens each back to the same f32 value exactly (bits << 16), so the
 // chains are unchanged and the weights move at half the bytes (decoding is memory-bound).
+//
+// A q8 model's matrices (format/q8.hpp) may be stored packed (`q8`): int8 values in the same panel
+// layout ([K][panel] bytes per panel) and one f32 scale per column (`scales`, [panels * panel],
+// 0 past N). The kernel computes each weight as float(q) * scale, one rounded f32 multiply, which
+// is exactly the expanded model's weight, then the same fma chain: a quarter of the bytes, the
+// same bits.
 struct PackedMatrix {
   int64_t K = 0;
   int64_t N = 0;
   int32_t panel = 0;
   int64_t panels = 0;
   bool bf16 = false;
+  bool q8 = false;
   AlignedFloats data;
+  AlignedFloats scales;  // q8 only: [panels * panel]
   const float* panel_data(int64_t p) const { return data.get() + p * K * panel; }
   const uint16_t* panel_data16(int64_t p) const {
     return reinterpret_cast<const uint16_t*>(data.get()) + p * K * panel;
+  }
+  const int8_t* panel_data8(int64_t p) const { return reinterpret_cast<const int8_t*>(data.get()) + p * K * panel; }
+  const float* panel_scales(int64_t p) const { return scales.get() + p * panel; }
+  // Bytes the matmul streams (the weights and their scales).
+  size_t bytes() const {
+    const size_t elements = static_cast<size_t>(panels * K * panel);
+    return q8 ? elements + static_cast<size_t>(panels * panel) * 4 : elements * (bf16 ? 2 : 4);
   }
 };
 
@@ -153,6 +168,16 @@ struct MatrixPart {
 };
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
                          bool bf16_storage = false);
+
+// Packs the column-wise concatenation of q8 matrices that share K (q [K, N] int8 row-major,
+// scale [N]) as stored int8 panels (PackedMatrix::q8): the matmul gives the bits of the same
+// matmul over the expanded weights float(q) * scale.
+struct Q8Part {
+  const int8_t* q;     // [K, N] row-major
+  const float* scale;  // [N]
+  int64_t N;
+};
+PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K);
 
 // Storage for a packed [K, N] matrix (columns past N zeroed), to be filled by the functions below;
 // the training step repacks into it every step.
