@@ -1,4 +1,7 @@
 // Building and loading models; the accessors of lockstep/model.hpp.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 
 #include "core/cpu_info.hpp"
@@ -53,6 +56,22 @@ void check_threads(int threads, bool zero_ok) {
 
 }  // namespace
 
+namespace {
+
+// Gives back the whole pages of parameters [offset, offset + count) (zero-filled when next touched);
+// returns the element range released (empty when no whole page lies inside).
+std::pair<int64_t, int64_t> release_pages(std::vector<float>& parameters, int64_t offset, int64_t count) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(parameters.data());
+  const uintptr_t lo = (base + static_cast<uintptr_t>(offset) * sizeof(float) + page - 1) / page * page;
+  const uintptr_t hi = (base + static_cast<uintptr_t>(offset + count) * sizeof(float)) / page * page;
+  if (hi <= lo) return {0, 0};
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return {0, 0};
+  return {static_cast<int64_t>((lo - base) / sizeof(float)), static_cast<int64_t>((hi - base) / sizeof(float))};
+}
+
+}  // namespace
+
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
                   const format::Q8Matrices* q8)
     : config(c), registry(c), parameters(std::move(params)) {
@@ -83,6 +102,42 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   attention_scale = ref::attention_scale<float>(c.head_dim());
   packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
                               precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8);
+  // The matrices the fast path reads packed as int8 need no f32 copy until someone asks.
+  auto release = [&](const simd::PackedMatrix& b, std::initializer_list<std::pair<int64_t, int64_t>> parts) {
+    if (!b.q8) return;
+    int64_t column0 = 0;
+    for (const auto& [offset, N] : parts) {
+      const auto [lo, hi] = release_pages(parameters, offset, b.K * N);
+      if (lo < hi) released.push_back({lo, hi, &b, column0, offset, N});
+      column0 += N;
+    }
+  };
+  for (int32_t l = 0; l < config.n_layers; ++l) {
+    const ParameterRegistry::Layer& L = registry.layer(l);
+    const simd::PackedWeights::Layer& P = packed->layers[static_cast<size_t>(l)];
+    release(P.qkv, {{L.wq, config.q_dim()}, {L.wk, config.kv_dim()}, {L.wv, config.kv_dim()}});
+    release(P.wo, {{L.wo, config.d_model}});
+    release(P.gate_up, {{L.w_gate, config.d_ff}, {L.w_up, config.d_ff}});
+    release(P.w_down, {{L.w_down, config.d_model}});
+  }
+  release(packed->head, {{registry.head(), config.vocab_size}});
+}
+
+
+const std::vector<float>& Model::Impl::full_parameters() const {
+  if (released.empty()) return parameters;
+  std::call_once(restore_once, [this] {
+    for (const Released& r : released) {
+      const simd::PackedMatrix& b = *r.packed;
+      const int64_t NR = b.panel;
+      for (int64_t i = r.begin; i < r.end; ++i) {
+        const int64_t k = (i - r.offset) / r.N, col = r.column0 + (i - r.offset) % r.N;
+        const int8_t q = b.panel_data8(col / NR)[k * NR + col % NR];
+        parameters[static_cast<size_t>(i)] = static_cast<float>(q) * b.scales[static_cast<size_t>(col)];
+      }
+    }
+  });
+  return parameters;
 }
 
 ThreadPool& Model::Impl::thread_pool() const {
@@ -147,7 +202,7 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
 
 const ModelConfig& Model::config() const { return impl_->config; }
 const ParameterRegistry& Model::registry() const { return impl_->registry; }
-std::span<const float> Model::parameters() const { return impl_->parameters; }
+std::span<const float> Model::parameters() const { return impl_->full_parameters(); }
 const std::string& Model::parameters_sha256() const { return impl_->sha256; }
 Precision Model::precision() const { return impl_->precision; }
 const std::string& Model::weight_format() const { return impl_->weight_format; }

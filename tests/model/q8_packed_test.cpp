@@ -114,6 +114,30 @@ TEST_F(Q8Packed, LogitsEqualTheExpandedModelsOnEveryTargetThreadCountAndBatch) {
   }
 }
 
+TEST_F(Q8Packed, HoldsNoF32CopyOfItsMatricesUntilAsked) {
+  // The f32 pages of the packed matrices are given back at load; the reference path and
+  // parameters() expand them again, bit for bit, and the fast path is unaffected.
+  const ModelConfig c = wide_config();
+  const auto expanded = write_q8_model(dir_ + "/m", c, init_parameters(c, 8));
+  const auto f32 = Model::from_parameters(c, expanded);
+  EXPECT_TRUE(f32->impl().released.empty());
+  const auto ids = test::random_ids(c.length, c.vocab_size, 78);
+  const auto want = f32->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt});
+  for (const bool parameters_first : {false, true}) {
+    const auto q8 = Model::load(dir_ + "/m");
+    ASSERT_FALSE(q8->impl().released.empty());
+    EXPECT_TRUE(test::same_bits(q8->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 2}), want));
+    if (parameters_first) {
+      EXPECT_TRUE(test::same_bits(q8->parameters(), expanded));
+      EXPECT_TRUE(test::same_bits(q8->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt}), want));
+    } else {
+      EXPECT_TRUE(test::same_bits(q8->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt}), want));
+      EXPECT_TRUE(test::same_bits(q8->parameters(), expanded));
+    }
+    EXPECT_TRUE(test::same_bits(q8->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 3}), want));
+  }
+}
+
 TEST_F(Q8Packed, SessionsDecodeTheExpandedModelsBits) {
   const ModelConfig c = wide_config();
   const auto expanded = write_q8_model(dir_ + "/m", c, init_parameters(c, 5));
