@@ -9,6 +9,7 @@
 
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
+#include "format/q4.hpp"
 #include "format/q8.hpp"
 #include "format/safetensors.hpp"
 #include "lockstep/error.hpp"
@@ -41,10 +42,11 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded,
-                                const std::string& weight_format, Q8Matrices* q8_out) {
-  const bool q8 = weight_format == kQ8Format;
+                                const std::string& weight_format, Q8Matrices* q8_out, Q4Matrices* q4_out) {
+  const bool q4 = weight_format == kQ4Format;
+  const bool q8 = weight_format == kQ8Format || q4;  // matrices packed, with `.scale` tensors
   if (!q8 && weight_format != "float32")
-    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
+    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8, q4)");
   const MappedFile file(path);
   const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
   const ParameterRegistry registry(config);
@@ -77,31 +79,52 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
     if (it == by_name.end()) refuse(path, "parameter '" + e.name + "' is missing");
     const TensorEntry& t = *it->second;
     const bool packed = q8 && e.shape.size() == 2;
-    if (t.dtype != (packed ? DType::i8 : DType::f32))
-      refuse(path, "parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + (packed ? "I8" : "F32"));
-    if (t.shape != e.shape)
+    const DType want_dtype = packed ? (q4 ? DType::u8 : DType::i8) : DType::f32;
+    if (t.dtype != want_dtype)
+      refuse(path, "parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + dtype_name(want_dtype));
+    // q4: two columns per byte.
+    const std::vector<int64_t> want_shape =
+        packed && q4 ? std::vector<int64_t>{e.shape[0], q4_row_bytes(e.shape[1])} : e.shape;
+    if (t.shape != want_shape)
       refuse(path, "parameter '" + e.name + "' has shape " + shape_text(t.shape) + ", expected " +
-                       shape_text(e.shape));
+                       shape_text(want_shape));
     float* dst = flat.data() + e.offset;
     if (packed) {
       const auto s = by_name.find(e.name + suffix);
       if (s == by_name.end()) refuse(path, "parameter '" + e.name + "' has no scale tensor '" + e.name + suffix + "'");
       const TensorEntry& st = *s->second;
-      if (st.dtype != DType::f32 || st.shape != std::vector<int64_t>{e.shape[1]})
-        refuse(path, "tensor '" + e.name + suffix + "' must be F32 [" + std::to_string(e.shape[1]) + "]");
-      std::vector<float> scale(static_cast<size_t>(e.shape[1]));
+      const std::vector<int64_t> scale_shape =
+          q4 ? std::vector<int64_t>{q4_groups(e.shape[0]), e.shape[1]} : std::vector<int64_t>{e.shape[1]};
+      if (st.dtype != DType::f32 || st.shape != scale_shape)
+        refuse(path, "tensor '" + e.name + suffix + "' must be F32 " + shape_text(scale_shape));
+      std::vector<float> scale(static_cast<size_t>(scale_shape[0] * (q4 ? scale_shape[1] : 1)));
       std::memcpy(scale.data(), data + st.begin, scale.size() * sizeof(float));
       for (size_t i = 0; i < scale.size(); ++i)
         if (!std::isfinite(scale[i]) || scale[i] < 0.0f)
-          refuse(path, "tensor '" + e.name + suffix + "' holds a bad scale (" + std::to_string(scale[i]) + ") at column " + std::to_string(i));
-      const int8_t* q = reinterpret_cast<const int8_t*>(data + t.begin);
-      expand_q8(q, scale.data(), e.shape[0], e.shape[1], dst);
-      if (q8_out) {
-        Q8Matrix& m = (*q8_out)[e.offset];
-        m.K = e.shape[0];
-        m.N = e.shape[1];
-        m.q.assign(q, q + e.count);
-        m.scale = std::move(scale);
+          refuse(path, "tensor '" + e.name + suffix + "' holds a bad scale (" + std::to_string(scale[i]) + ") at " +
+                           (q4 ? "element " : "column ") + std::to_string(i));
+      if (q4) {
+        const uint8_t* packed_bytes = data + t.begin;
+        if (const std::string bad = check_q4(packed_bytes, e.shape[0], e.shape[1]); !bad.empty())
+          refuse(path, "parameter '" + e.name + "' (q4) holds a " + bad);
+        expand_q4(packed_bytes, scale.data(), e.shape[0], e.shape[1], dst);
+        if (q4_out) {
+          Q4Matrix& m = (*q4_out)[e.offset];
+          m.K = e.shape[0];
+          m.N = e.shape[1];
+          m.packed.assign(packed_bytes, packed_bytes + e.shape[0] * q4_row_bytes(e.shape[1]));
+          m.scale = std::move(scale);
+        }
+      } else {
+        const int8_t* q = reinterpret_cast<const int8_t*>(data + t.begin);
+        expand_q8(q, scale.data(), e.shape[0], e.shape[1], dst);
+        if (q8_out) {
+          Q8Matrix& m = (*q8_out)[e.offset];
+          m.K = e.shape[0];
+          m.N = e.shape[1];
+          m.q.assign(q, q + e.count);
+          m.scale = std::move(scale);
+        }
       }
     } else {
       std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
@@ -175,6 +198,41 @@ std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& 
     tensors.push_back({scale_names.back(), DType::f32, {e.shape[1]}, scales.back().data()});
   }
   write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}, {"weights", kQ8Format}});
+  return expanded;
+}
+
+std::vector<float> write_weights_q4(const std::string& path, const ModelConfig& config,
+                                    std::span<const float> parameters) {
+  const ParameterRegistry registry(config);
+  if (static_cast<int64_t>(parameters.size()) != registry.total())
+    throw Error(ErrorKind::invalid_argument, "write_weights_q4: " + std::to_string(parameters.size()) +
+                                                 " values for " + std::to_string(registry.total()) + " parameters");
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (!std::isfinite(parameters[i]))
+      throw Error(ErrorKind::invalid_argument, path + ": a parameter is not finite at element " + std::to_string(i));
+  std::vector<float> expanded(parameters.begin(), parameters.end());
+  std::vector<std::vector<uint8_t>> q;
+  std::vector<std::vector<float>> scales;
+  std::vector<std::string> scale_names;
+  std::vector<TensorData> tensors;
+  q.reserve(registry.entries().size());
+  scales.reserve(registry.entries().size());
+  scale_names.reserve(registry.entries().size());
+  for (const auto& e : registry.entries()) {
+    if (e.shape.size() != 2) {
+      tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
+      continue;
+    }
+    const int64_t K = e.shape[0], N = e.shape[1];
+    q.emplace_back(static_cast<size_t>(K * q4_row_bytes(N)));
+    scales.emplace_back(static_cast<size_t>(q4_groups(K) * N));
+    pack_q4(parameters.data() + e.offset, K, N, q.back().data(), scales.back().data());
+    expand_q4(q.back().data(), scales.back().data(), K, N, expanded.data() + e.offset);
+    scale_names.push_back(e.name + kQ8ScaleSuffix);
+    tensors.push_back({e.name, DType::u8, {K, q4_row_bytes(N)}, q.back().data()});
+    tensors.push_back({scale_names.back(), DType::f32, {q4_groups(K), N}, scales.back().data()});
+  }
+  write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}, {"weights", kQ4Format}});
   return expanded;
 }
 

@@ -73,7 +73,7 @@ std::pair<int64_t, int64_t> release_pages(std::vector<float>& parameters, int64_
 }  // namespace
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  const format::Q8Matrices* q8)
+                  const format::Q8Matrices* q8, const format::Q4Matrices* q4)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
@@ -101,10 +101,11 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
   packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
-                              precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8);
+                              precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8,
+                              precision == Precision::bf16 ? nullptr : q4);
   // The matrices the fast path reads packed as int8 need no f32 copy until someone asks.
   auto release = [&](const simd::PackedMatrix& b, std::initializer_list<std::pair<int64_t, int64_t>> parts) {
-    if (!b.q8) return;
+    if (!b.q8 && !b.q4) return;
     int64_t column0 = 0;
     for (const auto& [offset, N] : parts) {
       const auto [lo, hi] = release_pages(parameters, offset, b.K * N);
@@ -129,11 +130,9 @@ const std::vector<float>& Model::Impl::full_parameters() const {
   std::call_once(restore_once, [this] {
     for (const Released& r : released) {
       const simd::PackedMatrix& b = *r.packed;
-      const int64_t NR = b.panel;
       for (int64_t i = r.begin; i < r.end; ++i) {
         const int64_t k = (i - r.offset) / r.N, col = r.column0 + (i - r.offset) % r.N;
-        const int8_t q = b.panel_data8(col / NR)[k * NR + col % NR];
-        parameters[static_cast<size_t>(i)] = static_cast<float>(q) * b.scales[static_cast<size_t>(col)];
+        parameters[static_cast<size_t>(i)] = b.weight(k, col);
       }
     }
   });
@@ -186,12 +185,14 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   // A frozen :load parameter is read from the file the run read (relative: from the current
   // directory), refused with LS-LOAD-001 when that file has changed.
   format::Q8Matrices q8;
+  format::Q4Matrices q4;
   std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
-                                                   d.config, weights->sha256, d.loaded, weights->format, &q8);
+                                                   d.config, weights->sha256, d.loaded, weights->format, &q8, &q4);
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
-  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8);
+  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8, &q4);
   q8.clear();
+  q4.clear();
   impl->source = d.source;
   impl->source.directory = resolved.model_dir;
   impl->source.trained_weights = trained;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
+#include "format/q4.hpp"
 #include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/kv_pool.hpp"
@@ -54,7 +55,7 @@ class ScratchLease {
 struct Model::Impl {
   ModelConfig config;
   ParameterRegistry registry;
-  // f32, registry order, as given or expanded. For a q8 model computing from its packed matrices
+  // f32, registry order, as given or expanded. For a q8 (or q4) model computing from its packed matrices
   // (PackedMatrix::q8), the whole pages of those matrices (but `embed`, which the fast path looks
   // rows up in) are given back to the system after packing, so the process holds about a quarter
   // of the f32 bytes; full_parameters() expands them again, from the packed form, when something
@@ -79,7 +80,7 @@ struct Model::Impl {
   // `q8`: the int8 values and scales `params` were expanded from (a q8 model's file); under
   // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8).
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-       const format::Q8Matrices* q8 = nullptr);
+       const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr);
 
   const float* matmul_weights() const {
     return precision == Precision::bf16 ? bf16_parameters.data() : full_parameters().data();

@@ -24,7 +24,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // B's weight (k, j) of panel p as f32: stored, a bf16 half widened exactly, or a q8 value times
 // its column's scale (one rounded multiply: the expanded weight's bits).
 inline float PackedWeight(const PackedMatrix& b, int64_t p, int64_t k, int64_t j) {
-  if (b.q8) return static_cast<float>(b.panel_data8(p)[k * b.panel + j]) * b.panel_scales(p)[j];
+  if (b.q8 || b.q4) return b.weight(k, p * b.panel + j);
   if (!b.bf16) return b.panel_data(p)[k * b.panel + j];
   return std::bit_cast<float>(static_cast<uint32_t>(b.panel_data16(p)[k * b.panel + j]) << 16);
 }
@@ -231,7 +231,7 @@ void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, con
 void MatmulAt(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
               float* c, int64_t ldc, float* scratch) {
   const int64_t K = b.K, NR = b.panel;
-  if (b.bf16 || b.q8) return MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc);
+  if (b.bf16 || b.q8 || b.q4) return MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc);
   if (K == 0 || M == 0) return MatmulOf(a, lda, M, b, b.panel_data(0), p_begin, p_end, c, ldc);
   const int64_t tiles = (M + kRows - 1) / kRows;
   for (int64_t k0 = 0; k0 < K; k0 += kAtDepth) {
@@ -289,8 +289,55 @@ void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b
   }
 }
 
+// q4-stored weights, any number of rows: each panel's [kDepth][NR] block is widened once into an
+// f32 block in L1, two rows k per loaded byte vector (low nibble row k, high nibble row k + 1,
+// sign-extended by shifts), each value times its group's scale (one rounded multiply: the
+// expanded weight), and the f32 tiles run over it. The chains are the f32 ones.
+void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
+              float* c, int64_t ldc) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t K = b.K, NR = b.panel;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc + p_begin * NR, c + m * ldc + std::min(b.N, p_end * NR), 0.0f);
+    return;
+  }
+  static_assert(kDepth % 32 == 0, "a depth block holds whole q4 groups (and so whole row pairs)");
+  HWY_ALIGN float block[kDepth * kVectors * (HWY_MAX_BYTES / sizeof(float))];
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint8_t* bp = b.panel_data4(p);
+    const float* ps = b.panel_scales4(p);
+    const int64_t col0 = p * NR;
+    const int64_t cols = std::min<int64_t>(NR, b.N - col0);
+    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, K - k0);
+      for (int64_t k = 0; k < kc; k += 2) {
+        const int64_t kk = k0 + k;  // even: kk and kk + 1 share a group
+        const float* s = ps + (kk / 32) * NR;
+        const int8_t* row = reinterpret_cast<const int8_t*>(bp + (kk / 2) * NR);
+        for (int64_t v = 0; v < NR; v += N) {
+          const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v));
+          const auto sv = hn::Load(d, s + v);
+          hn::Store(hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), d, block + k * NR + v);
+          if (k + 1 < kc) hn::Store(hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), d, block + (k + 1) * NR + v);
+        }
+      }
+      const bool first = k0 == 0;
+      int64_t m = 0;
+      for (; m + kRows <= M; m += kRows)
+        Tile<kRows>(a + m * lda + k0, lda, static_cast<const float*>(block), kc, c + m * ldc + col0, ldc, first, cols);
+      if (m < M)
+        TileRemainder<kRows - 1>(M - m, a + m * lda + k0, lda, static_cast<const float*>(block), kc,
+                                 c + m * ldc + col0, ldc, first, cols);
+    }
+  }
+}
+
 void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
             int64_t p_end, float* c, int64_t ldc) {
+  if (b.q4) return MatmulQ4(a, lda, M, b, p_begin, p_end, c, ldc);
   if (b.q8) {
     if (M > 2 && b.K > 0) return MatmulWidened(a, lda, M, b, b.panel_data8(0), p_begin, p_end, c, ldc);
     return MatmulOf(a, lda, M, b, b.panel_data8(0), p_begin, p_end, c, ldc);
