@@ -153,6 +153,30 @@ TEST(MatmulQ4, Packed4BitEqualsReferenceOnExpandedWeights) {
   }
 }
 
+TEST(MatmulQ4, DecodingStraightFromThePackedBytesEqualsReference) {
+  // One row over many full panels (the wide decode tiles on every target), then the rest.
+  uint64_t seed = 58000;
+  for (const Kernels* k : simd::supported_kernels()) {
+    for (int K : {1, 2, 33, 257, 300}) {
+      for (int N : {256, 300, 520}) {
+        const Q4 w = random_q4(K, N, seed++);
+        const auto a = test::random_floats(K, seed++);
+        std::vector<float> want(static_cast<size_t>(N));
+        ref::matmul(a.data(), w.expanded.data(), want.data(), 1, K, N);
+        const simd::Q4Part part{w.packed.data(), w.scale.data(), N};
+        const simd::PackedMatrix packed = simd::pack_q4_concat(*k, &part, 1, K);
+        std::vector<float> got(want.size(), -1.0f);
+        k->matmul(a.data(), K, 1, packed, 0, packed.panels, got.data(), N);
+        expect_same(got, want, std::string(k->name) + " q4 decode K=" + std::to_string(K) + " N=" + std::to_string(N));
+        std::vector<float> pieces(want.size(), -1.0f);  // started mid-way, in odd pieces
+        for (int64_t p = 0; p < packed.panels; p += 3)
+          k->matmul(a.data(), K, 1, packed, p, std::min<int64_t>(p + 3, packed.panels), pieces.data(), N);
+        expect_same(pieces, want, std::string(k->name) + " q4 decode in pieces K=" + std::to_string(K));
+      }
+    }
+  }
+}
+
 TEST(MatmulQ4, ConcatenatedPartsAndPanelPiecesEqualReference) {
   for (const Kernels* k : simd::supported_kernels()) {
     for (int M : {1, 5}) {

@@ -293,8 +293,50 @@ void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b
 // f32 block in L1, two rows k per loaded byte vector (low nibble row k, high nibble row k + 1,
 // sign-extended by shifts), each value times its group's scale (one rounded multiply: the
 // expanded weight), and the f32 tiles run over it. The chains are the f32 ones.
+// One row (decoding) over P full q4 panels at once, rows [k0, k0 + kc) (k0 even): each loaded byte
+// vector gives rows k and k + 1 in registers (sign-extended nibbles times their group's scale),
+// and the row's chains take them in increasing k, exactly as over the widened block.
+template <int P>
+HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, int64_t p, int64_t k0, int64_t kc,
+                           float* HWY_RESTRICT c, bool first) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t NR = kVectors * N;
+  hn::Vec<DF> acc[P][kVectors];
+  for (int q = 0; q < P; ++q)
+    for (int v = 0; v < kVectors; ++v) acc[q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + q * NR + v * N);
+  for (int64_t k = 0; k < kc; k += 2) {
+    const int64_t kk = k0 + k;
+    const bool pair = k + 1 < kc;
+    const auto a0 = hn::Set(d, a[kk]);
+    const auto a1 = hn::Set(d, pair ? a[kk + 1] : 0.0f);
+    for (int q = 0; q < P; ++q) {
+      const int8_t* row = reinterpret_cast<const int8_t*>(b.panel_data4(p + q) + (kk / 2) * NR);
+      const float* s = b.panel_scales4(p + q) + (kk / 32) * NR;
+      for (int v = 0; v < kVectors; ++v) {
+        const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v * N));
+        const auto sv = hn::Load(d, s + v * N);
+        acc[q][v] = hn::MulAdd(a0, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), acc[q][v]);
+        if (pair) acc[q][v] = hn::MulAdd(a1, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), acc[q][v]);
+      }
+    }
+  }
+  for (int q = 0; q < P; ++q)
+    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[q][v], d, c + q * NR + v * N);
+}
+
 void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
               float* c, int64_t ldc) {
+  if (M == 1 && b.K > 0) {  // decoding: straight from the packed bytes, P full panels at a time
+    constexpr int P = kWidePanels;
+    const int64_t full_end = std::min(p_end, b.N / b.panel);
+    for (; p_begin + P <= full_end; p_begin += P)
+      for (int64_t k0 = 0; k0 < b.K; k0 += kDepth)
+        WideTileQ4<P>(a, b, p_begin, k0, std::min(kDepth, b.K - k0), c + p_begin * b.panel, k0 == 0);
+    if (p_begin >= p_end) return;
+  }
   const DF d;
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<int8_t, DF> d8;
