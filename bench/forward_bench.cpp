@@ -9,7 +9,15 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "core/rng.hpp"
+#include "core/sha256.hpp"
+#include "format/atomic_write.hpp"
+#include "format/model_json.hpp"
+#include "format/weights.hpp"
 #include "core/thread_pool.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
@@ -24,6 +32,7 @@
 
 namespace lockstep::bench {
 double fma_chains(int64_t iterations, float* sink);
+uint32_t read_stream(const uint32_t* p, int64_t n);
 }
 
 namespace lockstep {
@@ -222,6 +231,100 @@ void BM_Decode(benchmark::State& state) {
   state.counters["tokens"] = benchmark::Counter(200, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Decode)->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// DRAM read bandwidth on `threads` threads: each reads its own 256 MiB once per iteration (far
+// past the caches), so bytes of weights per token over this is the decode bound.
+void BM_DramRead(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t words = int64_t{64} << 20;  // 256 MiB per thread
+  std::vector<std::vector<uint32_t>> buffers(static_cast<size_t>(threads));
+  ThreadPool pool(threads);
+  pool.run(threads, [&](int w, int) { buffers[static_cast<size_t>(w)].assign(static_cast<size_t>(words), static_cast<uint32_t>(w + 1)); });
+  std::vector<uint32_t> sink(static_cast<size_t>(threads));
+  for (auto _ : state) {
+    pool.run(threads, [&](int w, int) { sink[static_cast<size_t>(w)] = bench::read_stream(buffers[static_cast<size_t>(w)].data(), words); });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["bytes"] = benchmark::Counter(static_cast<double>(words) * 4.0 * threads,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DramRead)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// l768 stored as f32 (0), bf16 (1: precision bf16), q8 (2) or q4 (3), the packed ones written once
+// to a temporary directory and loaded (so they compute from their packed form).
+const char* packing_name(int packing) { return packing == 0 ? "f32" : packing == 1 ? "bf16" : packing == 2 ? "q8" : "q4"; }
+
+std::shared_ptr<const Model> packed_model(int packing, int threads) {
+  const ModelConfig c = shape_config(1);
+  const auto& params = shape_parameters(1);
+  if (packing < 2) {
+    ModelOptions options;
+    options.threads = threads;
+    if (packing == 1) options.precision = Precision::bf16;
+    return Model::from_parameters(c, params, options);
+  }
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("lockstep_bench_l768_" + std::string(packing_name(packing)) + "_" + std::to_string(::getpid())))
+                              .string();
+  if (!std::filesystem::exists(dir + "/model.json")) {
+    std::filesystem::create_directories(dir);
+    const std::string file = dir + "/" + format::kWeightsFile;
+    const auto expanded = packing == 3 ? format::write_weights_q4(file, c, params) : format::write_weights_q8(file, c, params);
+    format::ModelDescription d;
+    d.config = c;
+    d.profile = profile_name();
+    d.weights = {format::kWeightsFile, packing_name(packing), sha256_f32_le(expanded)};
+    format::write_file_synced(dir + "/model.json", format::render_model_json(d));
+  }
+  LoadOptions options;
+  options.threads = threads;
+  auto model = Model::load(dir, options);
+  std::filesystem::remove_all(dir);
+  return model;
+}
+
+// Decode of l768 by storage: a 16-token prompt, then 64 tokens one at a time. Args {packing, threads}.
+void BM_DecodePacked(benchmark::State& state) {
+  const int packing = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = packed_model(packing, threads);
+  const std::vector<int32_t> prompt(16, 'a');
+  for (auto _ : state) {
+    Session session(model, {Device::cpu, threads});
+    std::vector<float> logits = session.append(prompt);
+    for (int i = 0; i < 64; ++i) {
+      const int32_t next[] = {greedy_choice(logits)};
+      logits = session.append(next);
+    }
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetLabel(std::string("l768 ") + packing_name(packing));
+  state.counters["tokens"] = benchmark::Counter(64, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodePacked)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Prefill of l768 by storage: one full 256-token window. Args {packing, threads}.
+void BM_PrefillPacked(benchmark::State& state) {
+  const int packing = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = packed_model(packing, threads);
+  const ModelConfig c = shape_config(1);
+  std::vector<int32_t> ids(static_cast<size_t>(c.length));
+  for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
+  RowRequest r;
+  r.ids = ids;
+  r.out_begin = c.length - 1;
+  r.out_end = c.length;
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  r.logits = logits.data();
+  for (auto _ : state) {
+    model->forward({&r, 1}, {Device::cpu, threads});
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetLabel(std::string("l768 ") + packing_name(packing));
+  state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PrefillPacked)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
 void BM_TrainStep(benchmark::State& state) {

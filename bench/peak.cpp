@@ -31,6 +31,24 @@ double FmaChains(int64_t iterations, float* sink) {
   return 2.0 * 12.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iterations);
 }
 
+// Reads n words once, in order (the DRAM read bandwidth when n far exceeds the caches): integer adds
+// over four vector accumulators, so the loads, not the adds, bound it. Returns the sum.
+uint32_t ReadStream(const uint32_t* HWY_RESTRICT p, int64_t n) {
+  const hn::ScalableTag<uint32_t> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    s0 = hn::Add(s0, hn::LoadU(d, p + i));
+    s1 = hn::Add(s1, hn::LoadU(d, p + i + N));
+    s2 = hn::Add(s2, hn::LoadU(d, p + i + 2 * N));
+    s3 = hn::Add(s3, hn::LoadU(d, p + i + 3 * N));
+  }
+  uint32_t out = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < n; ++i) out += p[i];
+  return out;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lockstep::bench
 HWY_AFTER_NAMESPACE();
@@ -38,6 +56,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace lockstep::bench {
 HWY_EXPORT(FmaChains);
+HWY_EXPORT(ReadStream);
+uint32_t read_stream(const uint32_t* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadStream)(p, n); }
 double fma_chains(int64_t iterations, float* sink) { return HWY_DYNAMIC_DISPATCH(FmaChains)(iterations, sink); }
 }  // namespace lockstep::bench
 #endif

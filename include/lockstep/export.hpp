@@ -15,7 +15,8 @@ struct ExportOptions {
   // refused; other edits are allowed and reported in ExportResult::moved_lines. Empty: none.
   std::string run_file;
   bool trained = false;  // the trained weights instead of the EMA averages
-  std::string pack;      // "" (f32) or "q8": int8 with one f32 scale per output column
+  std::string pack;      // "" (f32), "q8": int8 with one f32 scale per output column, or "q4":
+                         // 4-bit with one f32 scale per 32 inputs per output column
 };
 
 struct ExportResult {

@@ -17,7 +17,9 @@ Run add_export(CLI::App& app) {
   cmd->add_option("--checkpoint", f->checkpoint, "a checkpoint step directory, or a location (its newest step)")->required();
   cmd->add_option("-o,--output", f->out, "the directory to write (must not exist)")->required();
   cmd->add_flag("--trained", f->trained, "the trained weights instead of the EMA averages");
-  cmd->add_option("--pack", f->pack, "q8: int8 weights with one f32 scale per output column");
+  cmd->add_option("--pack", f->pack,
+                  "q8: int8 weights with one f32 scale per output column; q4: 4-bit weights with one f32 scale "
+                  "per 32 inputs per output column");
   return [f] {
     ExportOptions options;
     options.run_file = f->run_file;
@@ -27,7 +29,7 @@ Run add_export(CLI::App& app) {
     std::printf("export: %s\n", r.checkpoint.c_str());
     for (const std::string& line : r.moved_lines) std::printf("  %s\n", line.c_str());
     std::printf("wrote %s: %lld weights, %s%s\n", f->out.c_str(), static_cast<long long>(r.tensors),
-                human_bytes(static_cast<double>(r.bytes)).c_str(), r.weight_format == "q8" ? " (q8)" : "");
+                human_bytes(static_cast<double>(r.bytes)).c_str(), r.weight_format == "q8" ? " (q8)" : (r.weight_format == "q4" ? " (q4)" : ""));
     std::fputs(io_lines(model_inputs(r.config), model_outputs(r.config)).c_str(), stdout);
     return 0;
   };

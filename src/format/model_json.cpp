@@ -142,8 +142,8 @@ WeightsFile parse_weights(const json& j, const std::string& what, const std::str
   w.sha256 = string_field(j, "parameters_sha256", what, where);
   if (w.file.empty() || w.file.find('/') != std::string::npos || w.file[0] == '.')
     refuse(what, where + ".file '" + w.file + "' must be a plain file name in the model directory");
-  if (w.format != "float32" && w.format != "q8")
-    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8)");
+  if (w.format != "float32" && w.format != "q8" && w.format != "q4")
+    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8, q4)");
   if (w.sha256.size() != 64 || w.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
     refuse(what, where + ".parameters_sha256 is not 64 lower-case hex digits");
   return w;

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <vector>
 
 namespace lockstep::format {
 
@@ -16,5 +18,15 @@ inline constexpr const char* kQ8ScaleSuffix = ".scale";
 void pack_q8(const float* w, int64_t K, int64_t N, int8_t* q, float* scale);
 // w[k, n] = float(q[k, n]) * scale[n].
 void expand_q8(const int8_t* q, const float* scale, int64_t K, int64_t N, float* w);
+
+// One matrix as the file holds it: q [K, N] row-major, scale [N].
+struct Q8Matrix {
+  int64_t K = 0, N = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+};
+// A q8 model's matrices by their registry offset (what the loader read), so that the kernels can
+// compute from the packed bytes rather than the expanded floats.
+using Q8Matrices = std::unordered_map<int64_t, Q8Matrix>;
 
 }  // namespace lockstep::format

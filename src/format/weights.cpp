@@ -9,6 +9,7 @@
 
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
+#include "format/q4.hpp"
 #include "format/q8.hpp"
 #include "format/safetensors.hpp"
 #include "lockstep/error.hpp"
@@ -41,20 +42,22 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded,
-                                const std::string& weight_format) {
-  if (weight_format != kQ8Format && weight_format != "float32")
-    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
+                                const std::string& weight_format, Q8Matrices* q8_out, Q4Matrices* q4_out) {
+  if (weight_format != kQ8Format && weight_format != kQ4Format && weight_format != "float32")
+    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8, q4)");
   const MappedFile file(path);
-  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format);
+  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format, q8_out, q4_out);
 }
 
 std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded,
-                                      const std::string& weight_format) {
-  const bool q8 = weight_format == kQ8Format;
+                                      const std::string& weight_format, Q8Matrices* q8_out,
+                                      Q4Matrices* q4_out) {
+  const bool q4 = weight_format == kQ4Format;
+  const bool q8 = weight_format == kQ8Format || q4;  // matrices packed, with `.scale` tensors
   if (!q8 && weight_format != "float32")
-    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8)");
+    refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8, q4)");
   const SafetensorsHeader header = parse_safetensors(bytes, path);
   const ParameterRegistry registry(config);
   std::unordered_map<std::string, const TensorEntry*> by_name;
@@ -75,21 +78,38 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
     loaded_by_name[l.name] = &l;
   }
 
+  // What each parameter's tensors must be in this format: the values' dtype and shape (q4: two
+  // columns a byte), and for a packed matrix its scale tensor's shape (q8: one per column; q4: one
+  // per group of 32 inputs per column).
+  struct Expected {
+    DType dtype;
+    std::vector<int64_t> shape, scale_shape;  // scale_shape empty: no scale tensor
+    uint64_t bytes() const {
+      uint64_t n = dtype == DType::f32 ? 4 : 1, s = 4;
+      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+      for (int64_t d : scale_shape) s *= static_cast<uint64_t>(d);
+      return n + (scale_shape.empty() ? 0 : s);
+    }
+  };
+  auto expected = [&](const ParameterInfo& e) {
+    if (!(q8 && e.shape.size() == 2)) return Expected{DType::f32, e.shape, {}};
+    if (q4)
+      return Expected{DType::u8, {e.shape[0], q4_row_bytes(e.shape[1])}, {q4_groups(e.shape[0]), e.shape[1]}};
+    return Expected{DType::i8, e.shape, {e.shape[1]}};
+  };
+
   // Every tensor checked against the configuration before anything the size of the
   // configuration is allocated, so that a model.json claiming a larger model than its file holds
   // costs nothing: past this loop the parameters read from this file fit in it. When the file's
   // data is not the size the configuration implies, a refusal says both sizes.
   uint64_t need = 0;  // the data bytes the configuration implies for this file
-  for (const auto& e : registry.entries()) {
-    if (loaded_by_name.count(e.name)) continue;
-    const uint64_t count = static_cast<uint64_t>(e.count);
-    need += q8 && e.shape.size() == 2 ? count + 4 * static_cast<uint64_t>(e.shape[1]) : 4 * count;
-  }
+  for (const auto& e : registry.entries())
+    if (!loaded_by_name.count(e.name)) need += expected(e).bytes();
   auto mismatch = [&](const std::string& problem) {
     if (need == header.data_size) refuse(path, problem);
     refuse(path, problem + " (model.json's configuration, " + std::to_string(registry.total()) +
                      " parameters, needs " + std::to_string(need) + " bytes of " +
-                     (q8 ? "q8" : "f32") + " tensor data here; the file holds " +
+                     (q4 ? "q4" : q8 ? "q8" : "f32") + " tensor data here; the file holds " +
                      std::to_string(header.data_size) + ")");
   };
   for (const auto& e : registry.entries()) {
@@ -97,18 +117,18 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
     const auto it = by_name.find(e.name);
     if (it == by_name.end()) mismatch("parameter '" + e.name + "' is missing");
     const TensorEntry& t = *it->second;
-    const bool packed = q8 && e.shape.size() == 2;
-    if (t.dtype != (packed ? DType::i8 : DType::f32))
-      mismatch("parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + (packed ? "I8" : "F32"));
-    if (t.shape != e.shape)
+    const Expected want = expected(e);
+    if (t.dtype != want.dtype)
+      mismatch("parameter '" + e.name + "' is " + dtype_name(t.dtype) + ", expected " + dtype_name(want.dtype));
+    if (t.shape != want.shape)
       mismatch("parameter '" + e.name + "' has shape " + shape_text(t.shape) + ", expected " +
-               shape_text(e.shape));
-    if (packed) {
+               shape_text(want.shape));
+    if (!want.scale_shape.empty()) {
       const auto sc = by_name.find(e.name + suffix);
       if (sc == by_name.end()) mismatch("parameter '" + e.name + "' has no scale tensor '" + e.name + suffix + "'");
       const TensorEntry& st = *sc->second;
-      if (st.dtype != DType::f32 || st.shape != std::vector<int64_t>{e.shape[1]})
-        mismatch("tensor '" + e.name + suffix + "' must be F32 [" + std::to_string(e.shape[1]) + "]");
+      if (st.dtype != DType::f32 || st.shape != want.scale_shape)
+        mismatch("tensor '" + e.name + suffix + "' must be F32 " + shape_text(want.scale_shape));
     }
   }
   // Every tensor of the file is a parameter (or its scale) checked above, and the tensors fill
@@ -134,14 +154,38 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
       continue;
     }
     const TensorEntry& t = *by_name.at(e.name);
-    if (q8 && e.shape.size() == 2) {
+    const Expected want = expected(e);
+    if (!want.scale_shape.empty()) {
       const TensorEntry& st = *by_name.at(e.name + suffix);
-      std::vector<float> scale(static_cast<size_t>(e.shape[1]));
+      std::vector<float> scale(static_cast<size_t>(want.scale_shape[0] * (q4 ? want.scale_shape[1] : 1)));
       std::memcpy(scale.data(), data + st.begin, scale.size() * sizeof(float));
       for (size_t i = 0; i < scale.size(); ++i)
         if (!std::isfinite(scale[i]) || scale[i] < 0.0f)
-          refuse(path, "tensor '" + e.name + suffix + "' holds a bad scale (" + std::to_string(scale[i]) + ") at column " + std::to_string(i));
-      expand_q8(reinterpret_cast<const int8_t*>(data + t.begin), scale.data(), e.shape[0], e.shape[1], dst);
+          refuse(path, "tensor '" + e.name + suffix + "' holds a bad scale (" + std::to_string(scale[i]) + ") at " +
+                           (q4 ? "element " : "column ") + std::to_string(i));
+      if (q4) {
+        const uint8_t* packed_bytes = data + t.begin;
+        if (const std::string bad = check_q4(packed_bytes, e.shape[0], e.shape[1]); !bad.empty())
+          refuse(path, "parameter '" + e.name + "' (q4) holds a " + bad);
+        expand_q4(packed_bytes, scale.data(), e.shape[0], e.shape[1], dst);
+        if (q4_out) {
+          Q4Matrix& m = (*q4_out)[e.offset];
+          m.K = e.shape[0];
+          m.N = e.shape[1];
+          m.packed.assign(packed_bytes, packed_bytes + e.shape[0] * q4_row_bytes(e.shape[1]));
+          m.scale = std::move(scale);
+        }
+      } else {
+        const int8_t* q = reinterpret_cast<const int8_t*>(data + t.begin);
+        expand_q8(q, scale.data(), e.shape[0], e.shape[1], dst);
+        if (q8_out) {
+          Q8Matrix& m = (*q8_out)[e.offset];
+          m.K = e.shape[0];
+          m.N = e.shape[1];
+          m.q.assign(q, q + e.count);
+          m.scale = std::move(scale);
+        }
+      }
     } else {
       std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
     }
@@ -214,6 +258,41 @@ std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& 
     tensors.push_back({scale_names.back(), DType::f32, {e.shape[1]}, scales.back().data()});
   }
   write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}, {"weights", kQ8Format}});
+  return expanded;
+}
+
+std::vector<float> write_weights_q4(const std::string& path, const ModelConfig& config,
+                                    std::span<const float> parameters) {
+  const ParameterRegistry registry(config);
+  if (static_cast<int64_t>(parameters.size()) != registry.total())
+    throw Error(ErrorKind::invalid_argument, "write_weights_q4: " + std::to_string(parameters.size()) +
+                                                 " values for " + std::to_string(registry.total()) + " parameters");
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (!std::isfinite(parameters[i]))
+      throw Error(ErrorKind::invalid_argument, path + ": a parameter is not finite at element " + std::to_string(i));
+  std::vector<float> expanded(parameters.begin(), parameters.end());
+  std::vector<std::vector<uint8_t>> q;
+  std::vector<std::vector<float>> scales;
+  std::vector<std::string> scale_names;
+  std::vector<TensorData> tensors;
+  q.reserve(registry.entries().size());
+  scales.reserve(registry.entries().size());
+  scale_names.reserve(registry.entries().size());
+  for (const auto& e : registry.entries()) {
+    if (e.shape.size() != 2) {
+      tensors.push_back({e.name, DType::f32, e.shape, parameters.data() + e.offset});
+      continue;
+    }
+    const int64_t K = e.shape[0], N = e.shape[1];
+    q.emplace_back(static_cast<size_t>(K * q4_row_bytes(N)));
+    scales.emplace_back(static_cast<size_t>(q4_groups(K) * N));
+    pack_q4(parameters.data() + e.offset, K, N, q.back().data(), scales.back().data());
+    expand_q4(q.back().data(), scales.back().data(), K, N, expanded.data() + e.offset);
+    scale_names.push_back(e.name + kQ8ScaleSuffix);
+    tensors.push_back({e.name, DType::u8, {K, q4_row_bytes(N)}, q.back().data()});
+    tensors.push_back({scale_names.back(), DType::f32, {q4_groups(K), N}, scales.back().data()});
+  }
+  write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}, {"weights", kQ4Format}});
   return expanded;
 }
 

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "format/model_json.hpp"
+#include "format/q4.hpp"
+#include "format/q8.hpp"
 #include "lockstep/config.hpp"
 
 namespace lockstep::format {
@@ -20,11 +22,15 @@ namespace lockstep::format {
 // before the SHA-256 check.
 //
 // `weight_format` "q8": every matrix parameter is I8 with an F32 `<name>.scale` [columns] beside
-// it, expanded exactly (format/q8.hpp); vectors stay F32.
+// it, expanded exactly (format/q8.hpp); vectors stay F32. With `q8_out`, the int8 values and
+// scales of every matrix read are kept there too (by registry offset). `weight_format` "q4":
+// every matrix [K, N] is U8 [K, (N + 1) / 2] (two 4-bit values a byte) with an F32
+// `<name>.scale` [ceil(K / 32), N] (format/q4.hpp), kept in `q4_out` when given.
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded = {},
-                                const std::string& weight_format = "float32");
+                                const std::string& weight_format = "float32",
+                                Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr);
 
 // read_weights on a file already in memory (`path` names it in refusals): the checks, in order,
 // are the file's structure (parse_safetensors), every tensor's name, dtype and shape against the
@@ -34,7 +40,8 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
 std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded = {},
-                                      const std::string& weight_format = "float32");
+                                      const std::string& weight_format = "float32",
+                                      Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr);
 
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
 // registry order (so the data section is exactly the flat vector's bytes).
@@ -45,6 +52,9 @@ void write_weights(const std::string& path, const ModelConfig& config,
 // Writes the parameters packed as q8 (format/q8.hpp) and returns the expanded f32 parameters
 // they now stand for (whose SHA-256 model.json records).
 std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& config,
+                                    std::span<const float> parameters);
+// The same for q4 (format/q4.hpp).
+std::vector<float> write_weights_q4(const std::string& path, const ModelConfig& config,
                                     std::span<const float> parameters);
 
 // One F32 tensor of `shape` named `tensor` in the safetensors file at `path`, every value finite,

@@ -26,7 +26,7 @@ void forward_row(const Model::Impl& m, const RowRequest& row) {
   const int64_t d = c.d_model, hd = c.head_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const int64_t ff = c.d_ff, vocab = c.vocab_size, half = hd / 2;
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
-  const float* p = m.parameters.data();
+  const float* p = m.full_parameters().data();
 
   std::vector<float> x(static_cast<size_t>(T * d));  // the residual stream [T, d]
   std::vector<float> xn(d), q(q_dim), att(q_dim), o(d), gate(ff), up(ff), h(ff), scores(T);

@@ -1,4 +1,7 @@
 // Building and loading models; the accessors of lockstep/model.hpp.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 
 #include "core/cpu_info.hpp"
@@ -53,7 +56,24 @@ void check_threads(int threads, bool zero_ok) {
 
 }  // namespace
 
-Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options)
+namespace {
+
+// Gives back the whole pages of parameters [offset, offset + count) (zero-filled when next touched);
+// returns the element range released (empty when no whole page lies inside).
+std::pair<int64_t, int64_t> release_pages(std::vector<float>& parameters, int64_t offset, int64_t count) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(parameters.data());
+  const uintptr_t lo = (base + static_cast<uintptr_t>(offset) * sizeof(float) + page - 1) / page * page;
+  const uintptr_t hi = (base + static_cast<uintptr_t>(offset + count) * sizeof(float)) / page * page;
+  if (hi <= lo) return {0, 0};
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return {0, 0};
+  return {static_cast<int64_t>((lo - base) / sizeof(float)), static_cast<int64_t>((hi - base) / sizeof(float))};
+}
+
+}  // namespace
+
+Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
+                  const format::Q8Matrices* q8, const format::Q4Matrices* q4)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
@@ -81,7 +101,42 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
   packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
-                              precision == Precision::bf16);
+                              precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8,
+                              precision == Precision::bf16 ? nullptr : q4);
+  // The matrices the fast path reads packed as int8 need no f32 copy until someone asks.
+  auto release = [&](const simd::PackedMatrix& b, std::initializer_list<std::pair<int64_t, int64_t>> parts) {
+    if (!b.q8 && !b.q4) return;
+    int64_t column0 = 0;
+    for (const auto& [offset, N] : parts) {
+      const auto [lo, hi] = release_pages(parameters, offset, b.K * N);
+      if (lo < hi) released.push_back({lo, hi, &b, column0, offset, N});
+      column0 += N;
+    }
+  };
+  for (int32_t l = 0; l < config.n_layers; ++l) {
+    const ParameterRegistry::Layer& L = registry.layer(l);
+    const simd::PackedWeights::Layer& P = packed->layers[static_cast<size_t>(l)];
+    release(P.qkv, {{L.wq, config.q_dim()}, {L.wk, config.kv_dim()}, {L.wv, config.kv_dim()}});
+    release(P.wo, {{L.wo, config.d_model}});
+    release(P.gate_up, {{L.w_gate, config.d_ff}, {L.w_up, config.d_ff}});
+    release(P.w_down, {{L.w_down, config.d_model}});
+  }
+  release(packed->head, {{registry.head(), config.vocab_size}});
+}
+
+
+const std::vector<float>& Model::Impl::full_parameters() const {
+  if (released.empty()) return parameters;
+  std::call_once(restore_once, [this] {
+    for (const Released& r : released) {
+      const simd::PackedMatrix& b = *r.packed;
+      for (int64_t i = r.begin; i < r.end; ++i) {
+        const int64_t k = (i - r.offset) / r.N, col = r.column0 + (i - r.offset) % r.N;
+        parameters[static_cast<size_t>(i)] = b.weight(k, col);
+      }
+    }
+  });
+  return parameters;
 }
 
 ThreadPool& Model::Impl::thread_pool() const {
@@ -129,11 +184,15 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   }
   // A frozen :load parameter is read from the file the run read (relative: from the current
   // directory), refused with LS-LOAD-001 when that file has changed.
+  format::Q8Matrices q8;
+  format::Q4Matrices q4;
   std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
-                                                   d.config, weights->sha256, d.loaded, weights->format);
+                                                   d.config, weights->sha256, d.loaded, weights->format, &q8, &q4);
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
-  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options);
+  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8, &q4);
+  q8.clear();
+  q4.clear();
   impl->source = d.source;
   impl->source.directory = resolved.model_dir;
   impl->source.trained_weights = trained;
@@ -144,7 +203,7 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
 
 const ModelConfig& Model::config() const { return impl_->config; }
 const ParameterRegistry& Model::registry() const { return impl_->registry; }
-std::span<const float> Model::parameters() const { return impl_->parameters; }
+std::span<const float> Model::parameters() const { return impl_->full_parameters(); }
 const std::string& Model::parameters_sha256() const { return impl_->sha256; }
 Precision Model::precision() const { return impl_->precision; }
 const std::string& Model::weight_format() const { return impl_->weight_format; }

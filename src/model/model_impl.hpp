@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
+#include "format/q4.hpp"
+#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
@@ -53,7 +55,12 @@ class ScratchLease {
 struct Model::Impl {
   ModelConfig config;
   ParameterRegistry registry;
-  std::vector<float> parameters;  // f32, registry order, as given or expanded
+  // f32, registry order, as given or expanded. For a q8 (or q4) model computing from its packed matrices
+  // (PackedMatrix::q8), the whole pages of those matrices (but `embed`, which the fast path looks
+  // rows up in) are given back to the system after packing, so the process holds about a quarter
+  // of the f32 bytes; full_parameters() expands them again, from the packed form, when something
+  // asks (the reference path, parameters(), a trainer). Read matrices only through it.
+  mutable std::vector<float> parameters;
   // The weights the matmuls read: `parameters` itself for f32, a copy rounded to bf16 for bf16.
   std::vector<float> bf16_parameters;
   std::string sha256;
@@ -70,11 +77,25 @@ struct Model::Impl {
   mutable std::shared_ptr<ThreadPool> pool;
   mutable ScratchPool scratch;
 
-  Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options);
+  // `q8`: the int8 values and scales `params` were expanded from (a q8 model's file); under
+  // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8).
+  Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
+       const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr);
 
   const float* matmul_weights() const {
-    return precision == Precision::bf16 ? bf16_parameters.data() : parameters.data();
+    return precision == Precision::bf16 ? bf16_parameters.data() : full_parameters().data();
   }
+  // `parameters` with every value there (expanding released matrices once, thread-safely).
+  const std::vector<float>& full_parameters() const;
+  // The released page ranges of `parameters` (element offsets) and where they are packed.
+  struct Released {
+    int64_t begin, end;  // elements [begin, end) of `parameters`
+    const simd::PackedMatrix* packed;
+    int64_t column0;     // the matrix's first column in `packed`
+    int64_t offset, N;   // the matrix: parameters[offset + k N + n]
+  };
+  std::vector<Released> released;
+  mutable std::once_flag restore_once;
   ThreadPool& thread_pool() const;
   // Threads a call runs with: its own request, else the model's default, else the pool's size.
   int threads_for(const CallOptions& call) const;

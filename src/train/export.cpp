@@ -57,8 +57,8 @@ std::vector<std::string> moved_lines(const std::string& before, const std::strin
 }  // namespace
 
 ExportResult export_model(const std::string& checkpoint, const std::string& dir, const ExportOptions& options) {
-  if (!options.pack.empty() && options.pack != format::kQ8Format)
-    throw Error(ErrorKind::invalid_argument, "unknown packing '" + options.pack + "'; lockstep packs q8");
+  if (!options.pack.empty() && options.pack != format::kQ8Format && options.pack != format::kQ4Format)
+    throw Error(ErrorKind::invalid_argument, "unknown packing '" + options.pack + "'; lockstep packs q8 and q4");
   if (format::path_exists(dir))
     throw Error(ErrorKind::invalid_argument, "'" + dir + "' already exists; export writes a new directory");
   const ResolvedPath resolved = resolve_model_path(checkpoint);
@@ -98,9 +98,11 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
   d.source.checkpoint = resolved.model_dir;  // as the caller named it: no machine's paths added
   d.weights_averaged = averaged;
   const std::string weights_path = out.file(format::kWeightsFile);
-  if (options.pack == format::kQ8Format) {
-    const std::vector<float> expanded = format::write_weights_q8(weights_path, d.config, weights);
-    d.weights = {format::kWeightsFile, format::kQ8Format, sha256_f32_le(expanded)};
+  if (options.pack == format::kQ8Format || options.pack == format::kQ4Format) {
+    const bool q4 = options.pack == format::kQ4Format;
+    const std::vector<float> expanded = q4 ? format::write_weights_q4(weights_path, d.config, weights)
+                                           : format::write_weights_q8(weights_path, d.config, weights);
+    d.weights = {format::kWeightsFile, options.pack, sha256_f32_le(expanded)};
   } else {
     format::write_weights(weights_path, d.config, weights);
     d.weights = {format::kWeightsFile, "float32", sha256_f32_le(weights)};
@@ -109,7 +111,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
   const ParameterRegistry registry(d.config);
   result.tensors = 0;
   for (const auto& e : registry.entries())
-    result.tensors += (options.pack == format::kQ8Format && e.shape.size() == 2) ? 2 : 1;
+    result.tensors += (!options.pack.empty() && e.shape.size() == 2) ? 2 : 1;
   result.bytes = std::filesystem::file_size(weights_path);
   result.weight_format = d.weights.format;
   out.commit();

@@ -4,6 +4,7 @@
 // the twin and any layout difference.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -28,16 +29,57 @@ AlignedFloats aligned_floats(size_t n);
 // Under precision bf16 the weights are bf16 values already, and may be stored as their 16-bit
 // halves (`bf16`): the kernel widens each back to the same f32 value exactly (bits << 16), so the
 // chains are unchanged and the weights move at half the bytes (decoding is memory-bound).
+//
+// A q8 model's matrices (format/q8.hpp) may be stored packed (`q8`): int8 values in the same panel
+// layout ([K][panel] bytes per panel) and one f32 scale per column (`scales`, [panels * panel],
+// 0 past N). The kernel computes each weight as float(q) * scale, one rounded f32 multiply, which
+// is exactly the expanded model's weight, then the same fma chain: a quarter of the bytes, the
+// same bits.
+//
+// A q4 model's matrices (format/q4.hpp) may be stored packed (`q4`): per panel, rows k taken in
+// pairs, byte (k / 2, j) holding column j's 4-bit value at row k (low nibble, even k) and k + 1
+// (high nibble; 0 past K), [ceil(K / 2)][panel] bytes; scales [panels][groups][panel], one per 32
+// rows (format::kQ4Group) per column. The weight is float(q) * scale[k / 32], then the chain.
 struct PackedMatrix {
   int64_t K = 0;
   int64_t N = 0;
   int32_t panel = 0;
   int64_t panels = 0;
   bool bf16 = false;
+  bool q8 = false;
+  bool q4 = false;
+  int64_t groups = 0;    // q4: ceil(K / 32)
   AlignedFloats data;
+  AlignedFloats scales;  // q8: [panels * panel]; q4: [panels][groups][panel]
   const float* panel_data(int64_t p) const { return data.get() + p * K * panel; }
   const uint16_t* panel_data16(int64_t p) const {
     return reinterpret_cast<const uint16_t*>(data.get()) + p * K * panel;
+  }
+  const int8_t* panel_data8(int64_t p) const { return reinterpret_cast<const int8_t*>(data.get()) + p * K * panel; }
+  const float* panel_scales(int64_t p) const { return scales.get() + p * panel; }
+  const uint8_t* panel_data4(int64_t p) const {
+    return reinterpret_cast<const uint8_t*>(data.get()) + p * ((K + 1) / 2) * panel;
+  }
+  const float* panel_scales4(int64_t p) const { return scales.get() + p * groups * panel; }
+  // Weight (k, col) as the kernels compute it, f32: stored, widened or float(q) * scale.
+  float weight(int64_t k, int64_t col) const {
+    const int64_t p = col / panel, j = col % panel;
+    if (q8) return static_cast<float>(panel_data8(p)[k * panel + j]) * panel_scales(p)[j];
+    if (q4) {
+      const uint8_t byte = panel_data4(p)[(k / 2) * panel + j];
+      const int nibble = k % 2 == 0 ? (byte & 0xF) : (byte >> 4);
+      return static_cast<float>(nibble >= 8 ? nibble - 16 : nibble) * panel_scales4(p)[(k / 32) * panel + j];
+    }
+    if (bf16) {
+      return std::bit_cast<float>(static_cast<uint32_t>(panel_data16(p)[k * panel + j]) << 16);
+    }
+    return panel_data(p)[k * panel + j];
+  }
+  // Bytes the matmul streams (the weights and their scales).
+  size_t bytes() const {
+    const size_t elements = static_cast<size_t>(panels * K * panel);
+    if (q4) return static_cast<size_t>(panels * ((K + 1) / 2) * panel) + static_cast<size_t>(panels * groups * panel) * 4;
+    return q8 ? elements + static_cast<size_t>(panels * panel) * 4 : elements * (bf16 ? 2 : 4);
   }
 };
 
@@ -160,6 +202,23 @@ struct MatrixPart {
 };
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
                          bool bf16_storage = false);
+
+// Packs the column-wise concatenation of q8 matrices that share K (q [K, N] int8 row-major,
+// scale [N]) as stored int8 panels (PackedMatrix::q8): the matmul gives the bits of the same
+// matmul over the expanded weights float(q) * scale.
+struct Q8Part {
+  const int8_t* q;     // [K, N] row-major
+  const float* scale;  // [N]
+  int64_t N;
+};
+PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K);
+// The same for q4 matrices (packed [K, ceil(N / 2)] as format/q4.hpp, scale [ceil(K / 32), N]).
+struct Q4Part {
+  const uint8_t* packed;
+  const float* scale;
+  int64_t N;
+};
+PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_parts, int64_t K);
 
 // Storage for a packed [K, N] matrix (columns past N zeroed), to be filled by the functions below;
 // the training step repacks into it every step.

@@ -21,8 +21,10 @@ namespace lockstep::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// B's weight (k, j) of panel p as f32: stored, or a bf16 half widened exactly.
+// B's weight (k, j) of panel p as f32: stored, a bf16 half widened exactly, or a q8 value times
+// its column's scale (one rounded multiply: the expanded weight's bits).
 inline float PackedWeight(const PackedMatrix& b, int64_t p, int64_t k, int64_t j) {
+  if (b.q8 || b.q4) return b.weight(k, p * b.panel + j);
   if (!b.bf16) return b.panel_data(p)[k * b.panel + j];
   return std::bit_cast<float>(static_cast<uint32_t>(b.panel_data16(p)[k * b.panel + j]) << 16);
 }
@@ -75,19 +77,28 @@ constexpr int64_t kAtDepth = 128;
 
 using DF = hn::ScalableTag<float>;
 
-// One vector of B: f32 as stored, or bf16 halves widened exactly to the same f32 values.
-HWY_INLINE hn::Vec<DF> LoadB(DF d, const float* HWY_RESTRICT p) { return hn::Load(d, p); }
-HWY_INLINE hn::Vec<DF> LoadB(DF d, const uint16_t* HWY_RESTRICT p) {
+// One vector of B: f32 as stored, bf16 halves widened exactly to the same f32 values, or int8
+// values widened (exactly: |q| <= 127) and multiplied by their columns' scales, scale[at ...]
+// (one rounded multiply per weight: float(q) * scale, the expanded weight). `scale` is only read
+// for int8.
+HWY_INLINE hn::Vec<DF> LoadB(DF d, const float* HWY_RESTRICT p, const float*, int64_t) { return hn::Load(d, p); }
+HWY_INLINE hn::Vec<DF> LoadB(DF d, const uint16_t* HWY_RESTRICT p, const float*, int64_t) {
   const hn::Rebind<uint16_t, DF> d16;
   const hn::RebindToUnsigned<DF> du;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+HWY_INLINE hn::Vec<DF> LoadB(DF d, const int8_t* HWY_RESTRICT p, const float* HWY_RESTRICT scale, int64_t at) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, p))), hn::Load(d, scale + at));
 }
 
 // A tile's a[i][k]: row-major (a[i * lda + k]) or, kPacked, the tile's packed block
 // (a[k * kRows + i]: matmul_at).
 template <int MR, bool kPacked = false, typename TB>
 HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RESTRICT b,
-                     int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first, int64_t cols) {
+                     int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first, int64_t cols,
+                     const float* scale = nullptr) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
@@ -105,7 +116,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RES
   for (int64_t k = 0; k < kc; ++k) {
     const TB* bk = b + k * NR;
     hn::Vec<DF> bv[kVectors];
-    for (int v = 0; v < kVectors; ++v) bv[v] = LoadB(d, bk + v * N);
+    for (int v = 0; v < kVectors; ++v) bv[v] = LoadB(d, bk + v * N, scale, v * N);
     for (int i = 0; i < MR; ++i) {
       const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
       for (int v = 0; v < kVectors; ++v) acc[i][v] = hn::MulAdd(ai, bv[v], acc[i][v]);
@@ -120,12 +131,12 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RES
 
 template <int MR, bool kPacked = false, typename TB>
 HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const TB* b, int64_t kc,
-                              float* c, int64_t ldc, bool first, int64_t cols) {
+                              float* c, int64_t ldc, bool first, int64_t cols, const float* scale = nullptr) {
   if constexpr (MR > 0) {
     if (rows == MR) {
-      Tile<MR, kPacked>(a, lda, b, kc, c, ldc, first, cols);
+      Tile<MR, kPacked>(a, lda, b, kc, c, ldc, first, cols, scale);
     } else {
-      TileRemainder<MR - 1, kPacked>(rows, a, lda, b, kc, c, ldc, first, cols);
+      TileRemainder<MR - 1, kPacked>(rows, a, lda, b, kc, c, ldc, first, cols, scale);
     }
   }
 }
@@ -134,7 +145,7 @@ HWY_INLINE void TileRemainder(int64_t rows, const float* a, int64_t lda, const T
 // the FMA latency and P streams of B are in flight. Panels are full (cols == NR).
 template <int MR, int P, typename TB>
 HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RESTRICT b, int64_t panel_stride,
-                         int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first) {
+                         int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first, const float* scale) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
@@ -149,7 +160,7 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY
     for (int q = 0; q < P; ++q) {
       const TB* bk = b + q * panel_stride + k * NR;
       for (int v = 0; v < kVectors; ++v) {
-        const auto bv = LoadB(d, bk + v * N);
+        const auto bv = LoadB(d, bk + v * N, scale, q * NR + v * N);
         for (int i = 0; i < MR; ++i) acc[i][q][v] = hn::MulAdd(ai[i], bv, acc[i][q][v]);
       }
     }
@@ -160,22 +171,25 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY
 }
 
 // M rows (M * P <= 4) over panels [p, p_end): groups of P full panels, then one panel at a time.
+// scale: the q8 scales of every panel (PackedMatrix::scales), null otherwise.
 template <int MR, int P, typename TB>
-HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, const TB* data, int64_t p, int64_t p_end,
-                        float* c, int64_t ldc) {
+HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, const TB* data, const float* scale,
+                        int64_t p, int64_t p_end, float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
   const int64_t full_end = std::min(p_end, b.N / NR);  // panels with every column real
   for (; p + P <= full_end; p += P) {
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, K - k0);
-      WideTile<MR, P>(a + k0, lda, data + p * K * NR + k0 * NR, K * NR, kc, c + p * NR, ldc, k0 == 0);
+      WideTile<MR, P>(a + k0, lda, data + p * K * NR + k0 * NR, K * NR, kc, c + p * NR, ldc, k0 == 0,
+                      scale ? scale + p * NR : nullptr);
     }
   }
   for (; p < p_end; ++p) {
     const int64_t cols = std::min<int64_t>(NR, b.N - p * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, K - k0);
-      Tile<MR>(a + k0, lda, data + p * K * NR + k0 * NR, kc, c + p * NR, ldc, k0 == 0, cols);
+      Tile<MR>(a + k0, lda, data + p * K * NR + k0 * NR, kc, c + p * NR, ldc, k0 == 0, cols,
+               scale ? scale + p * NR : nullptr);
     }
   }
 }
@@ -184,7 +198,8 @@ template <typename TB>
 void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, const TB* data, int64_t p_begin,
               int64_t p_end, float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
-  if (K > 0 && M == 1) return FewRows<1, kWidePanels>(a, lda, b, data, p_begin, p_end, c, ldc);
+  const float* const scale = b.q8 ? b.scales.get() : nullptr;
+  if (K > 0 && M == 1) return FewRows<1, kWidePanels>(a, lda, b, data, scale, p_begin, p_end, c, ldc);
   if (K == 0) {
     for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc + p_begin * NR, c + m * ldc + std::min(b.N, p_end * NR), 0.0f);
     return;
@@ -199,11 +214,13 @@ void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, con
         const TB* bp = data + p * K * NR + k0 * NR;
         const int64_t col0 = p * NR;
         const int64_t cols = std::min<int64_t>(NR, b.N - col0);
+        const float* const ps = scale ? scale + col0 : nullptr;
         int64_t m = m0;
         for (; m + kRows <= m_end; m += kRows)
-          Tile<kRows>(a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols);
+          Tile<kRows>(a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols, ps);
         if (m < m_end)
-          TileRemainder<kRows - 1>(m_end - m, a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols);
+          TileRemainder<kRows - 1>(m_end - m, a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols,
+                                   ps);
       }
     }
   }
@@ -216,7 +233,7 @@ void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, con
 void MatmulAtChains(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
                     float* c, int64_t ldc, float* scratch, bool accumulate) {
   const int64_t K = b.K, NR = b.panel;
-  if (b.bf16) return MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc, accumulate);
+  if (b.bf16 || b.q8 || b.q4) return MatmulScalar(a, 1, lda, M, b, p_begin, p_end, c, ldc, accumulate);
   if (K == 0 || M == 0) {
     if (!accumulate) MatmulOf(a, lda, M, b, b.panel_data(0), p_begin, p_end, c, ldc);
     return;
@@ -257,22 +274,113 @@ void MatmulAtContinue(const float* a, int64_t lda, int64_t M, const PackedMatrix
   MatmulAtChains(a, lda, M, b, p_begin, p_end, c, ldc, scratch, true);
 }
 
-// bf16-stored weights with many rows (prefill): each panel's [kDepth][NR] block is widened once
-// into an f32 block in L1 and the f32 tiles run over it, so the widening is paid once per block,
-// not once per row tile. The values, and so the chains, are the same.
-void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
-                   float* c, int64_t ldc) {
+// bf16- or q8-stored weights with many rows (prefill): each panel's [kDepth][NR] block is widened
+// once into an f32 block in L1 and the f32 tiles run over it, so the widening is paid once per
+// block, not once per row tile. The values (for q8 float(q) * scale, the same single rounding),
+// and so the chains, are the same.
+template <typename TB>
+void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, const TB* data, int64_t p_begin,
+                   int64_t p_end, float* c, int64_t ldc) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t K = b.K, NR = b.panel;
   HWY_ALIGN float block[kDepth * kVectors * (HWY_MAX_BYTES / sizeof(float))];
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const uint16_t* bp = b.panel_data16(p);
+    const TB* bp = data + p * K * NR;
+    const float* const ps = b.q8 ? b.panel_scales(p) : nullptr;
     const int64_t col0 = p * NR;
     const int64_t cols = std::min<int64_t>(NR, b.N - col0);
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, K - k0);
-      for (int64_t i = 0; i < kc * NR; i += N) hn::Store(LoadB(d, bp + k0 * NR + i), d, block + i);
+      for (int64_t i = 0; i < kc * NR; i += N) hn::Store(LoadB(d, bp + k0 * NR + i, ps, i % NR), d, block + i);
+      const bool first = k0 == 0;
+      int64_t m = 0;
+      for (; m + kRows <= M; m += kRows)
+        Tile<kRows>(a + m * lda + k0, lda, static_cast<const float*>(block), kc, c + m * ldc + col0, ldc, first, cols);
+      if (m < M)
+        TileRemainder<kRows - 1>(M - m, a + m * lda + k0, lda, static_cast<const float*>(block), kc,
+                                 c + m * ldc + col0, ldc, first, cols);
+    }
+  }
+}
+
+// q4-stored weights, any number of rows: each panel's [kDepth][NR] block is widened once into an
+// f32 block in L1, two rows k per loaded byte vector (low nibble row k, high nibble row k + 1,
+// sign-extended by shifts), each value times its group's scale (one rounded multiply: the
+// expanded weight), and the f32 tiles run over it. The chains are the f32 ones.
+// One row (decoding) over P full q4 panels at once, rows [k0, k0 + kc) (k0 even): each loaded byte
+// vector gives rows k and k + 1 in registers (sign-extended nibbles times their group's scale),
+// and the row's chains take them in increasing k, exactly as over the widened block.
+template <int P>
+HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, int64_t p, int64_t k0, int64_t kc,
+                           float* HWY_RESTRICT c, bool first) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t NR = kVectors * N;
+  hn::Vec<DF> acc[P][kVectors];
+  for (int q = 0; q < P; ++q)
+    for (int v = 0; v < kVectors; ++v) acc[q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + q * NR + v * N);
+  for (int64_t k = 0; k < kc; k += 2) {
+    const int64_t kk = k0 + k;
+    const bool pair = k + 1 < kc;
+    const auto a0 = hn::Set(d, a[kk]);
+    const auto a1 = hn::Set(d, pair ? a[kk + 1] : 0.0f);
+    for (int q = 0; q < P; ++q) {
+      const int8_t* row = reinterpret_cast<const int8_t*>(b.panel_data4(p + q) + (kk / 2) * NR);
+      const float* s = b.panel_scales4(p + q) + (kk / 32) * NR;
+      for (int v = 0; v < kVectors; ++v) {
+        const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v * N));
+        const auto sv = hn::Load(d, s + v * N);
+        acc[q][v] = hn::MulAdd(a0, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), acc[q][v]);
+        if (pair) acc[q][v] = hn::MulAdd(a1, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), acc[q][v]);
+      }
+    }
+  }
+  for (int q = 0; q < P; ++q)
+    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[q][v], d, c + q * NR + v * N);
+}
+
+void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
+              float* c, int64_t ldc) {
+  if (M == 1 && b.K > 0) {  // decoding: straight from the packed bytes, P full panels at a time
+    constexpr int P = kWidePanels;
+    const int64_t full_end = std::min(p_end, b.N / b.panel);
+    for (; p_begin + P <= full_end; p_begin += P)
+      for (int64_t k0 = 0; k0 < b.K; k0 += kDepth)
+        WideTileQ4<P>(a, b, p_begin, k0, std::min(kDepth, b.K - k0), c + p_begin * b.panel, k0 == 0);
+    if (p_begin >= p_end) return;
+  }
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t K = b.K, NR = b.panel;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc + p_begin * NR, c + m * ldc + std::min(b.N, p_end * NR), 0.0f);
+    return;
+  }
+  static_assert(kDepth % 32 == 0, "a depth block holds whole q4 groups (and so whole row pairs)");
+  HWY_ALIGN float block[kDepth * kVectors * (HWY_MAX_BYTES / sizeof(float))];
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint8_t* bp = b.panel_data4(p);
+    const float* ps = b.panel_scales4(p);
+    const int64_t col0 = p * NR;
+    const int64_t cols = std::min<int64_t>(NR, b.N - col0);
+    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, K - k0);
+      for (int64_t k = 0; k < kc; k += 2) {
+        const int64_t kk = k0 + k;  // even: kk and kk + 1 share a group
+        const float* s = ps + (kk / 32) * NR;
+        const int8_t* row = reinterpret_cast<const int8_t*>(bp + (kk / 2) * NR);
+        for (int64_t v = 0; v < NR; v += N) {
+          const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v));
+          const auto sv = hn::Load(d, s + v);
+          hn::Store(hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), d, block + k * NR + v);
+          if (k + 1 < kc) hn::Store(hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), d, block + (k + 1) * NR + v);
+        }
+      }
       const bool first = k0 == 0;
       int64_t m = 0;
       for (; m + kRows <= M; m += kRows)
@@ -286,8 +394,13 @@ void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b
 
 void Matmul(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
             int64_t p_end, float* c, int64_t ldc) {
+  if (b.q4) return MatmulQ4(a, lda, M, b, p_begin, p_end, c, ldc);
+  if (b.q8) {
+    if (M > 2 && b.K > 0) return MatmulWidened(a, lda, M, b, b.panel_data8(0), p_begin, p_end, c, ldc);
+    return MatmulOf(a, lda, M, b, b.panel_data8(0), p_begin, p_end, c, ldc);
+  }
   if (b.bf16) {
-    if (M > 2 && b.K > 0) return MatmulWidened(a, lda, M, b, p_begin, p_end, c, ldc);
+    if (M > 2 && b.K > 0) return MatmulWidened(a, lda, M, b, b.panel_data16(0), p_begin, p_end, c, ldc);
     return MatmulOf(a, lda, M, b, b.panel_data16(0), p_begin, p_end, c, ldc);
   }
   MatmulOf(a, lda, M, b, b.panel_data(0), p_begin, p_end, c, ldc);

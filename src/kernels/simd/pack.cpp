@@ -54,6 +54,71 @@ PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_
   return out;
 }
 
+PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K) {
+  PackedMatrix out;
+  out.K = K;
+  for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
+  out.panel = kernels.panel_width;
+  out.panels = (out.N + out.panel - 1) / out.panel;
+  out.q8 = true;
+  const size_t elements = static_cast<size_t>(out.panels * K * out.panel);
+  const size_t floats = (elements + 3) / 4;
+  out.data = aligned_floats(floats);
+  std::fill_n(out.data.get(), floats, 0.0f);
+  const size_t columns = static_cast<size_t>(out.panels * out.panel);
+  out.scales = aligned_floats(columns);
+  std::fill_n(out.scales.get(), columns, 0.0f);
+  int8_t* const bytes = reinterpret_cast<int8_t*>(out.data.get());
+  int64_t col0 = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    std::copy_n(parts[i].scale, parts[i].N, out.scales.get() + col0);
+    col0 += parts[i].N;
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    int64_t col = 0;
+    for (int i = 0; i < n_parts; ++i) {
+      const int8_t* src = parts[i].q + k * parts[i].N;
+      for (int64_t j = 0; j < parts[i].N; ++j, ++col)
+        bytes[static_cast<size_t>((col / out.panel) * K * out.panel + k * out.panel + col % out.panel)] = src[j];
+    }
+  }
+  return out;
+}
+
+PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_parts, int64_t K) {
+  PackedMatrix out;
+  out.K = K;
+  for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
+  out.panel = kernels.panel_width;
+  out.panels = (out.N + out.panel - 1) / out.panel;
+  out.q4 = true;
+  out.groups = format::q4_groups(K);
+  const int64_t NR = out.panel, pairs = (K + 1) / 2;
+  const size_t bytes_total = static_cast<size_t>(out.panels * pairs * NR);
+  const size_t floats = (bytes_total + 3) / 4;
+  out.data = aligned_floats(floats);
+  std::fill_n(out.data.get(), floats, 0.0f);
+  const size_t scale_count = static_cast<size_t>(out.panels * out.groups * NR);
+  out.scales = aligned_floats(scale_count);
+  std::fill_n(out.scales.get(), scale_count, 0.0f);
+  uint8_t* const bytes = reinterpret_cast<uint8_t*>(out.data.get());
+  int64_t col = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    const int64_t N = parts[i].N;
+    for (int64_t j = 0; j < N; ++j, ++col) {
+      const int64_t p = col / NR, lane = col % NR;
+      for (int64_t g = 0; g < out.groups; ++g)
+        out.scales[static_cast<size_t>((p * out.groups + g) * NR + lane)] = parts[i].scale[g * N + j];
+      for (int64_t k = 0; k < K; ++k) {
+        const uint8_t nibble = static_cast<uint8_t>(format::q4_value(parts[i].packed, N, k, j) & 0xF);
+        bytes[static_cast<size_t>(p * pairs * NR + (k / 2) * NR + lane)] |=
+            static_cast<uint8_t>(k % 2 == 0 ? nibble : nibble << 4);
+      }
+    }
+  }
+  return out;
+}
+
 PackedMatrix allocate_packed(const Kernels& kernels, int64_t K, int64_t N) {
   PackedMatrix out;
   out.K = K;
@@ -162,8 +227,38 @@ PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int6
   return pack_concat(kernels, &part, 1, K, bf16_storage);
 }
 
+namespace {
+
+// The concatenation of the matrices at registry offsets `offsets` (widths N, sharing K): as int8
+// panels when every part has its q8 form (and the storage is not bf16), else from the floats.
+PackedMatrix pack_fused(const Kernels& k, const float* w, const format::Q8Matrices* q8,
+                        const format::Q4Matrices* q4, bool bf16,
+                        std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
+  std::vector<Q8Part> q8_parts;
+  std::vector<Q4Part> q4_parts;
+  std::vector<MatrixPart> parts;
+  for (const auto& [offset, N] : offsets) {
+    parts.push_back({w + offset, N});
+    if (q4 && !bf16) {
+      const auto it = q4->find(offset);
+      if (it != q4->end() && it->second.K == K && it->second.N == N)
+        q4_parts.push_back({it->second.packed.data(), it->second.scale.data(), N});
+    }
+    if (!q8 || bf16) continue;
+    const auto it = q8->find(offset);
+    if (it != q8->end() && it->second.K == K && it->second.N == N)
+      q8_parts.push_back({it->second.q.data(), it->second.scale.data(), N});
+  }
+  if (q4_parts.size() == parts.size()) return pack_q4_concat(k, q4_parts.data(), static_cast<int>(q4_parts.size()), K);
+  if (q8_parts.size() == parts.size()) return pack_q8_concat(k, q8_parts.data(), static_cast<int>(q8_parts.size()), K);
+  return pack_concat(k, parts.data(), static_cast<int>(parts.size()), K, bf16);
+}
+
+}  // namespace
+
 std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const ParameterRegistry& reg,
-                                                  const float* w, const Kernels* kernels, bool bf16) {
+                                                  const float* w, const Kernels* kernels, bool bf16,
+                                                  const format::Q8Matrices* q8, const format::Q4Matrices* q4) {
   auto out = std::make_shared<PackedWeights>();
   out->kernels = kernels ? kernels : &best_kernels();
   const Kernels& k = *out->kernels;
@@ -171,15 +266,13 @@ std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const Pa
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const ParameterRegistry::Layer& L = reg.layer(l);
     PackedWeights::Layer layer;
-    const MatrixPart qkv[] = {{w + L.wq, q}, {w + L.wk, kv}, {w + L.wv, kv}};
-    layer.qkv = pack_concat(k, qkv, 3, d, bf16);
-    layer.wo = pack_matrix(k, w + L.wo, q, d, d, bf16);
-    const MatrixPart gate_up[] = {{w + L.w_gate, ff}, {w + L.w_up, ff}};
-    layer.gate_up = pack_concat(k, gate_up, 2, d, bf16);
-    layer.w_down = pack_matrix(k, w + L.w_down, ff, d, d, bf16);
+    layer.qkv = pack_fused(k, w, q8, q4, bf16, {{L.wq, q}, {L.wk, kv}, {L.wv, kv}}, d);
+    layer.wo = pack_fused(k, w, q8, q4, bf16, {{L.wo, d}}, q);
+    layer.gate_up = pack_fused(k, w, q8, q4, bf16, {{L.w_gate, ff}, {L.w_up, ff}}, d);
+    layer.w_down = pack_fused(k, w, q8, q4, bf16, {{L.w_down, d}}, ff);
     out->layers.push_back(std::move(layer));
   }
-  out->head = pack_matrix(k, w + reg.head(), d, c.vocab_size, c.vocab_size, bf16);
+  out->head = pack_fused(k, w, q8, q4, bf16, {{reg.head(), c.vocab_size}}, d);
   return out;
 }
 

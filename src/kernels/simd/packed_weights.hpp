@@ -4,6 +4,8 @@
 #include <memory>
 #include <vector>
 
+#include "format/q4.hpp"
+#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/config.hpp"
 
@@ -24,11 +26,16 @@ struct PackedWeights {
 // Packs the matrices of `weights` (flat, registry order) for `kernels` (the best supported
 // target when null). Concatenating columns changes no output's chain, so the fused matrices give
 // the bits of the separate ones. `bf16_storage`: the weights are bf16 values (precision bf16),
-// kept as 16-bit halves.
+// kept as 16-bit halves. `q8`: the int8 values and scales `weights` were expanded from (by
+// registry offset); a fused matrix whose parts are all there is kept as int8 panels
+// (PackedMatrix::q8), computing the same bits from a quarter of the bytes; any other (a :load
+// parameter, bf16 storage) is packed from `weights`. `q4` likewise, as 4-bit panels.
 std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& config,
                                                   const ParameterRegistry& registry,
                                                   const float* weights,
                                                   const Kernels* kernels = nullptr,
-                                                  bool bf16_storage = false);
+                                                  bool bf16_storage = false,
+                                                  const format::Q8Matrices* q8 = nullptr,
+                                                  const format::Q4Matrices* q4 = nullptr);
 
 }  // namespace lockstep::simd
