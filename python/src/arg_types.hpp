@@ -49,7 +49,7 @@ LOCKSTEP_PY_TYPE(CallbackArg, "Callable[[int], object] | None");
 // Return types
 LOCKSTEP_PY_TYPE(InferenceResult, "LanguageModelInference");
 LOCKSTEP_PY_TYPE(TrainerResult, "LanguageModelHostTrainer");
-LOCKSTEP_PY_TYPE(GeneratedResult, "bytes | list[int]");
+LOCKSTEP_PY_TYPE(GeneratedResult, "str | bytes | list[int]");
 
 #undef LOCKSTEP_PY_TYPE
 

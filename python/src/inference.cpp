@@ -81,6 +81,7 @@ void bind_inference(py::module_& m) {
             if (py::isinstance<Inference>(parameters)) {  // share its immutable model
               self.model = parameters.cast<const Inference&>().model;
               self.given_format = parameters.cast<const Inference&>().given_format;
+              self.tokenizer = parameters.cast<const Inference&>().tokenizer;
               if (!shape.is_none() && !(config_from(shape) == self.config()))
                 throw py::value_error("shape must be None or the model's own dimensions (" +
                                       py::repr(py::cast(self.config())).cast<std::string>() + "); got " +
@@ -115,6 +116,7 @@ void bind_inference(py::module_& m) {
             {
               py::gil_scoped_release release;
               loaded.model = Model::load(where, options);
+              loaded.tokenizer = Tokenizer::for_model(where);
             }
             if (type.is(py::type::of<Inference>())) return InferenceResult(py::cast(std::move(loaded)));
             return InferenceResult(type(py::cast(std::move(loaded)), py::arg("threaded") = threaded,
@@ -248,6 +250,10 @@ position (with lengths, its last real position), ties going to the lowest id.
           "threads",
           [](const Inference& self) { return self.threads; },
           "The instance's default thread count (None: one per physical core).")
+      .def_property_readonly(
+          "tokenizer", [](const Inference& self) { return self.tokenizer; },
+          "The model's tokenizer (a lockstep.Tokenizer) when its model.json names one, else None: "
+          "generate() and Session.append() then take and give text through it.")
       .def("__repr__", [](const Inference& self) {
         return "<lockstep.LanguageModelInference d_model=" + std::to_string(self.config().d_model) +
                " n_layers=" + std::to_string(self.config().n_layers) +

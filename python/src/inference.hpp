@@ -7,6 +7,7 @@
 
 #include "convert.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep::python {
 
@@ -17,6 +18,8 @@ struct Inference {
   // The packed format of the named parameters given to the constructor (lockstep.lowbit);
   // empty: the model's own (model.json's for a loaded model, else "float32").
   std::string given_format;
+  // The tokenizer model.json names (from_checkpoint); null: none, or built from parameters.
+  std::shared_ptr<Tokenizer> tokenizer;
 
   std::string weight_format() const { return given_format.empty() ? model->weight_format() : given_format; }
 

@@ -23,6 +23,7 @@ void bind_session(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_lowbit(py::module_& m);
 void bind_interop(py::module_& m);
+void bind_tokenizer(py::module_& m);
 
 namespace {
 
@@ -199,6 +200,7 @@ PYBIND11_MODULE(_lockstep, m) {
         "One thread per physical core available to this process: what threads=None means.");
   bind_config(m);
   bind_lowbit(m);  // before the classes whose signatures name PackedTensor
+  bind_tokenizer(m);  // before LanguageModelInference, whose tokenizer property gives one
   bind_inference(m);
   bind_trainer(m);
   bind_session(m);

@@ -13,34 +13,10 @@
 #include "inference.hpp"
 #include "lockstep/generator.hpp"
 #include "lockstep/session.hpp"
+#include "text.hpp"
 
 namespace lockstep::python {
 namespace {
-
-// Tokens from bytes, str (UTF-8) or a sequence / 1-D array of ints.
-std::vector<int32_t> tokens_from(py::handle obj, const char* name) {
-  std::vector<int32_t> out;
-  if (py::isinstance<py::bytes>(obj)) {
-    for (unsigned char ch : obj.cast<std::string>()) out.push_back(ch);
-    return out;
-  }
-  if (py::isinstance<py::str>(obj)) {
-    for (unsigned char ch : obj.cast<std::string>()) out.push_back(ch);
-    return out;
-  }
-  if (!py::isinstance<py::sequence>(obj) && !py::hasattr(obj, "__array__"))
-    throw py::type_error(std::string(name) + " must be bytes, str or a sequence of ints");
-  for (py::handle item : py::iter(obj)) {
-    bool overflow = false;
-    const std::optional<long long> v = index_value(item, overflow);
-    if (!v) throw py::type_error(std::string(name) + " must hold ints; got a " + type_name(item));
-    if (overflow || *v < INT32_MIN || *v > INT32_MAX)
-      throw py::value_error(std::string(name) + " must hold ints in the int32 range; got " +
-                            py::str(item).cast<std::string>());
-    out.push_back(static_cast<int32_t>(*v));
-  }
-  return out;
-}
 
 // A count of positions for fork() and truncate(): an int (numpy integers too) >= 0; TypeError
 // for anything else, ValueError for a negative one.
@@ -58,6 +34,7 @@ int32_t positions(py::handle obj, const char* what) {
 
 struct PySession {
   std::shared_ptr<const Model> model;  // keeps the model alive for the session
+  std::shared_ptr<Tokenizer> tokenizer;  // the model's (null: none): append() takes text through it
   std::unique_ptr<Session> session;
 };
 
@@ -71,7 +48,8 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
 )doc")
       .def("append",
            [](PySession& self, TokensArg tokens) {
-             const std::vector<int32_t> ids = tokens_from(tokens, "tokens");
+             const std::vector<int32_t> ids = tokens_from(tokens, "tokens", self.tokenizer.get(),
+                                                          self.model->config().vocab_size, self.session->length() == 0);
              std::vector<float> logits(static_cast<size_t>(self.model->config().vocab_size));
              {
                py::gil_scoped_release release;
@@ -80,11 +58,14 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
              return to_numpy(std::move(logits), {static_cast<py::ssize_t>(self.model->config().vocab_size)});
            },
            py::arg("tokens"),
-           "Appends tokens (bytes, str or ints) and returns the float32 logits [vocab] after the last.")
+           "Appends tokens and returns the float32 logits [vocab] after the last. Tokens are ints, or text "
+           "(str or bytes): through the model's tokenizer when it has one (BOS first when the session is "
+           "empty, as generate() does), as bytes for a byte model; text for a model with neither is a "
+           "ValueError.")
       .def("fork",
            [](const PySession& self, OptionalIntArg length) {
              const int32_t n = length.is_none() ? -1 : positions(length, "fork");  // -1: all
-             PySession out{self.model, std::make_unique<Session>(self.session->fork(n))};
+             PySession out{self.model, self.tokenizer, std::make_unique<Session>(self.session->fork(n))};
              return out;
            },
            py::arg("length") = py::none(),
@@ -104,7 +85,7 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
   cls.def(
          "session",
          [](const Inference& self, OptionalBoolArg threaded, OptionalIntArg threads) {
-           return PySession{self.model, std::make_unique<Session>(self.model, self.call(threaded, threads))};
+           return PySession{self.model, self.tokenizer, std::make_unique<Session>(self.model, self.call(threaded, threads))};
          },
          py::kw_only(), py::arg("threaded") = py::none(), py::arg("threads") = py::none(),
          "An empty Session on this model (threaded=, threads= as for the other calls).")
@@ -113,12 +94,17 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
           [](const Inference& self, TokensArg prompt, int32_t max_tokens, float temperature, int32_t top_k,
              float top_p, uint64_t seed, StopArg stop, CallbackArg on_token, bool truncate, OptionalBoolArg threaded,
              OptionalIntArg threads) {
-            const std::vector<int32_t> ids = tokens_from(prompt, "prompt");
+            const int32_t vocab = self.config().vocab_size;
+            const std::vector<int32_t> ids = tokens_from(prompt, "prompt", self.tokenizer.get(), vocab, true);
             GenerateOptions options;
             options.sampling = {temperature, top_k, top_p, seed};
             options.max_tokens = max_tokens;
             options.truncate_prompt = truncate;
             if (!stop.is_none()) {
+              if (self.tokenizer || vocab != 256)
+                throw py::value_error(self.tokenizer ? "stop is not supported with a tokenizer yet"
+                                                     : "stop compares text; the model has no tokenizer (a vocabulary of " +
+                                                           std::to_string(vocab) + " ids)");
               if (py::isinstance<py::bytes>(stop) || py::isinstance<py::str>(stop)) {
                 options.stop = stop.cast<std::string>();
               } else {
@@ -146,24 +132,26 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
                 }
               }
             }
-            if (self.config().vocab_size == 256) {
-              std::string bytes(out.begin(), out.end());
-              return GeneratedResult(py::bytes(bytes));
-            }
-            return GeneratedResult(py::cast(out));
+            return GeneratedResult(generated_result(self.tokenizer.get(), vocab, ids, out));
           },
           py::arg("prompt"), py::arg("max_tokens") = 64, py::kw_only(), py::arg("temperature") = 0.0f,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(),
           py::arg("on_token") = py::none(), py::arg("truncate") = true, py::arg("threaded") = py::none(),
           py::arg("threads") = py::none(),
           R"doc(
-Generates up to max_tokens tokens after the prompt (bytes, str or ints): greedy at temperature 0,
+Generates up to max_tokens tokens after the prompt: greedy at temperature 0,
 else sampled (top_k, top_p, seed; docs/ARITHMETIC.md, "Sampling"), stopping early once the
 generated bytes end with `stop`. Past the window the context restarts from position 0 with its
 last half (docs/ARITHMETIC.md, "Generation past the window"), as `lockstep generate` does, so
 the same options give the same text. A prompt longer than the window keeps its last `length`
-tokens with a UserWarning, or raises ValueError with truncate=False. Returns the generated bytes
-(a list of ints for a vocabulary other than bytes); on_token(token) is called as each is chosen.
+tokens with a UserWarning, or raises ValueError with truncate=False. on_token(token) is called
+with each id as it is chosen.
+
+The prompt is ints (token ids, taken as they are) or text (str or bytes). A model with a
+tokenizer (`tokenizer`) encodes text as `lockstep generate` does, BOS then the pieces, and
+returns str: the text the generated tokens add to the prompt's decoding (stop= is not supported
+there yet). A byte model (vocabulary of 256, no tokenizer) takes text as its bytes and returns
+bytes. Any other model takes ids only (text and stop= are a ValueError) and returns a list of ints.
 The same seed gives the same text on every path.
 )doc");
 }

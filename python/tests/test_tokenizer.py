@@ -121,3 +121,67 @@ def test_gguf_carries_the_sentencepiece_vocabulary(spm, imported, tmp_path):
     assert kv["tokenizer.ggml.add_bos_token"] == (BOOL, True)
     assert "tokenizer.ggml.merges" not in kv and kv["llama.vocab_size"] == (U32, VOCAB)
     assert tensors["token_embd.weight"][0] == [32, VOCAB]
+
+
+def test_python_generate_gives_the_cli_text(extension, spm, imported):
+    """generate() takes text through the model's tokenizer (BOS, then the pieces) and returns the
+    text the generated tokens add, so the prompt's decoding and it are `lockstep generate`'s text,
+    greedy and sampled; ids in give the same text."""
+    lm = extension.LanguageModelInference.from_checkpoint(imported)
+    tok = lm.tokenizer
+    assert isinstance(tok, extension.Tokenizer) and len(tok) == VOCAB
+    assert (tok.bos, tok.eos, tok.unk) == (1, 2, 0)
+    prompt = "the lazy fox"
+    assert tok.encode(prompt) == spm_ids(spm, prompt) and tok.encode(prompt.encode()) == tok.encode(prompt)
+    assert tok.decode([1] + tok.encode(prompt)) == prompt
+    for temperature, seed in (("0", 0), ("0.9", 7)):
+        done = run("generate", imported, "--prompt", prompt, "-n", "12", "--temperature", temperature,
+                   "--seed", str(seed))
+        assert done.returncode == 0, done.stderr.decode()
+        seen = []
+        text = lm.generate(prompt, 12, temperature=float(temperature), seed=seed, on_token=seen.append)
+        assert isinstance(text, str) and len(seen) == 12
+        assert prompt + text + "\n" == done.stdout.decode()
+        assert tok.decode([1] + tok.encode(prompt) + seen) == prompt + text
+        assert lm.generate([1] + tok.encode(prompt), 12, temperature=float(temperature), seed=seed) == text
+        assert lm.generate(prompt.encode(), 12, temperature=float(temperature), seed=seed) == text
+    with pytest.raises(ValueError, match="stop is not supported with a tokenizer"):
+        lm.generate(prompt, 4, stop="x")
+    with pytest.raises(ValueError, match="the tokenizer holds ids 0 to 49"):
+        tok.decode([VOCAB])
+    with pytest.raises(TypeError):
+        tok.encode([1, 2])
+
+
+def test_python_session_takes_text_through_the_tokenizer(extension, imported):
+    """Session.append(text) on an empty session is BOS then the pieces (generate()'s prompt);
+    later text appends its pieces alone."""
+    lm = extension.LanguageModelInference.from_checkpoint(imported)
+    s = lm.session()
+    first = s.append("the lazy")
+    assert s.tokens == [1] + lm.tokenizer.encode("the lazy")
+    s.append(" fox")
+    assert s.tokens == [1] + lm.tokenizer.encode("the lazy") + lm.tokenizer.encode(" fox")
+    ids = lm.session()
+    assert ids.append([1] + lm.tokenizer.encode("the lazy")).tobytes() == first.tobytes()
+
+
+def test_python_refuses_text_without_a_tokenizer(extension, tmp_path):
+    """A model with neither a tokenizer nor the 256 bytes takes and returns ids; text (and stop=,
+    which compares text) is a ValueError saying it has no tokenizer."""
+    hf = str(tmp_path / "hf")
+    make_hf(hf, vocab=VOCAB, seed=5, kv_heads=2)
+    out = str(tmp_path / "m")
+    assert run("import", "hf", hf, "-o", out).returncode == 0
+    lm = extension.LanguageModelInference.from_checkpoint(out)
+    assert lm.tokenizer is None
+    got = lm.generate([3, 14, 15], 6)
+    done = run("generate", out, "--prompt-ids", "3,14,15", "-n", "6", "--temperature", "0")
+    assert done.returncode == 0 and [3, 14, 15] + got == [int(t) for t in done.stdout.decode().split(",")]
+    for text in ("hi", b"hi"):
+        with pytest.raises(ValueError, match="the model has no tokenizer"):
+            lm.generate(text, 4)
+        with pytest.raises(ValueError, match="the model has no tokenizer"):
+            lm.session().append(text)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        lm.generate([3], 4, stop="x")

@@ -1,0 +1,34 @@
+// Text and token ids for the Python API: a model with a tokenizer (model.json's `tokenizer`,
+// include/lockstep/tokenizer.hpp) takes and gives text through it, a byte model (vocabulary of
+// 256, no tokenizer) takes bytes or str as its ids and gives bytes, and any other model takes
+// and gives token ids only.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "lockstep/tokenizer.hpp"
+
+namespace lockstep::python {
+
+namespace py = pybind11;
+
+// The ids of `obj`: a sequence / 1-D array of ints as they are; bytes or str (UTF-8) as bytes for
+// a byte model, or through `tokenizer` (BOS first when `at_start`, then the text's pieces, as
+// `lockstep generate` does). Text for a model with neither is a ValueError; anything else a
+// TypeError. `vocab` is the model's vocabulary size.
+std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokenizer* tokenizer, int32_t vocab,
+                                 bool at_start);
+
+// What generate() returns for `generated` after `prompt`: the text the tokenizer's decoding of
+// both adds to the prompt's (str), bytes for a byte model, else the ids (list[int]).
+py::object generated_result(const Tokenizer* tokenizer, int32_t vocab, const std::vector<int32_t>& prompt,
+                            const std::vector<int32_t>& generated);
+
+// lockstep.Tokenizer.
+void bind_tokenizer(py::module_& m);
+
+}  // namespace lockstep::python
