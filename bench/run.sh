@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Prints lockstep's performance figures as ratios measured in one run (the machines are shared
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
-#   bench/run.sh [BUILD_DIR] [forward|decode|train|serve|all] [--quick]
+#   bench/run.sh [BUILD_DIR] [forward|decode|train|serve|http|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
 #          the attention kernels forward and backward, and the optimizer's pass (SIMD / ref);
-#          serve: bench/serve_bench.py (socket round trips, batching).
+#          serve: bench/serve_bench.py (socket round trips, batching);
+#          http: bench/http_bench.py (streamed tokens/s of 1, 8, 32 HTTP clients on s256 and l768
+#          against in-process generate, time to first token p50/p99).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -34,6 +36,10 @@ case "$WHAT" in
     fi
     ;;&
   serve|all) /usr/bin/python3 bench/serve_bench.py --build "$BUILD" ;;&
+  http|all)
+    if [ "$QUICK" = "--quick" ]; then /usr/bin/python3 bench/http_bench.py --build "$BUILD" --seconds 3 --tokens 100
+    else /usr/bin/python3 bench/http_bench.py --build "$BUILD"; fi
+    ;;&
   *) ;;
 esac
 /usr/bin/python3 bench/report.py "$OUT"
