@@ -7,6 +7,7 @@ is not installed. LOCKSTEP_PLAYGROUND_SCREENSHOT=PATH saves a screenshot there (
 was taken so); LOCKSTEP_PLAYGROUND_MODEL=DIR serves that model instead of the tiny one."""
 import os
 import shutil
+import signal
 import time
 
 import pytest
@@ -32,16 +33,21 @@ if REASON:
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"playground browser test: {REASON}")
-def test_playground_shows_the_api_text(serve, model, tmp_path):
+def test_playground_shows_the_api_text(serve, model, tmp_path, request):
+    def request_finalizer(server):
+        request.addfinalizer(lambda: server.stop(signal.SIGKILL))
+
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    s = serve("--http", "127.0.0.1:0") if "LOCKSTEP_PLAYGROUND_MODEL" not in os.environ else None
-    if s is None:
+    if "LOCKSTEP_PLAYGROUND_MODEL" in os.environ:
         from conftest import Server
         s = Server(os.environ["LOCKSTEP_PLAYGROUND_MODEL"], ["--http", "127.0.0.1:0"], tmp_path)
+        request_finalizer(s)
+    else:
+        s = serve("--http", "127.0.0.1:0")
     assert s.port, s.banner + s.err()
     request = dict(prompt=os.environ.get("LOCKSTEP_PLAYGROUND_PROMPT", "Once upon a "), max_tokens=48,
                    temperature=0.8, top_p=1.0, top_k=0, seed=7)
