@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Prints lockstep's performance figures as ratios measured in one run (the machines are shared
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
-#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|all] [--quick]
+#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
 #          the attention kernels forward and backward, and the optimizer's pass (SIMD / ref);
 #          busy: 2 threads against 1 (decode, prefill, a training step), each pair timed in one
 #          process, without and then with a busy neighbour process pinned to CPU 0;
-#          serve: bench/serve_bench.py (socket round trips, batching).
+#          serve: bench/serve_bench.py (socket round trips, batching);
+#          http: bench/http_bench.py (streamed tokens/s of 1, 8, 32 HTTP clients on s256 and l768
+#          against in-process generate, time to first token p50/p99).
 # Each stage prints a line when it starts and one per benchmark as it finishes; the tables
 # (bench/report.py) come at the end.
 set -euo pipefail
@@ -89,8 +91,13 @@ case "$WHAT" in
     stage "serve: socket round trips and batching (bench/serve_bench.py)"
     /usr/bin/python3 bench/serve_bench.py --build "$BUILD"
     ;;&
-  forward|decode|train|busy|serve|all) ;;
-  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve or all)" >&2; exit 2 ;;
+  http|all)
+    stage "http: streamed tokens/s of 1, 8 and 32 HTTP clients on s256 and l768 (bench/http_bench.py)"
+    if [ "$QUICK" = "--quick" ]; then /usr/bin/python3 bench/http_bench.py --build "$BUILD" --seconds 3 --tokens 100
+    else /usr/bin/python3 bench/http_bench.py --build "$BUILD"; fi
+    ;;&
+  forward|decode|train|busy|serve|http|all) ;;
+  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve, http or all)" >&2; exit 2 ;;
 esac
 stage "done; the tables:"
 /usr/bin/python3 bench/report.py "$OUT"

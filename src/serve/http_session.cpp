@@ -210,6 +210,7 @@ void HttpSession::completion(bool chat) {
       for (size_t k = 0; k < i; ++k) choices_[k].job->cancelled.store(true);
       abandoned_ = true;
       finished_ = choices_.size() - i;  // the ones never submitted will not report
+      for (size_t k = i; k < choices_.size(); ++k) choices_[k].job.reset();  // never submitted: break the cycle
       if (i == 0) choices_.clear();
       else work_ = asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked);
       return respond_error(429, "the server has --max-queue requests waiting; try again later", {}, "server_error",
@@ -274,6 +275,9 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
 
 void HttpSession::on_done(size_t index, Finish finish, const std::string& error) {
   ++finished_;
+  // The job's callbacks hold this session; dropping it here breaks that cycle, else every
+  // finished generation kept its connection's session (and its own keys and values) forever.
+  choices_[index].job.reset();
   if (abandoned_ || closed_) {
     if (finished_ >= choices_.size()) work_ = {};
     return;

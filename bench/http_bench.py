@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""lockstep serve --http against in-process decoding: streamed tokens per second and time to
+first token.
+
+    /usr/bin/python3 bench/http_bench.py [--build build] [--models s256,l768] [--seconds 10]
+                                         [--cpu-cores N] [--tokens 200]
+
+For s256 (lockstep init --seed 1 --d-model 256 --n-layers 6 --n-heads 8 --d-ff 768 --length 256)
+and l768 (--d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 --length 256), the shapes of
+bench/forward_bench.cpp: 1, 8 and 32 clients (threads, one streamed /v1/completions in flight
+each, back to back for --seconds) against one `lockstep serve --http`; tokens per second over
+all clients, and time to first token (request sent to the first `data:` event) p50 and p99.
+Beside them in-process decoding with the same sampling: `lockstep generate` of --tokens tokens
+minus one of 1 token, divided by the difference (so loading the model does not count).
+Prompt plus tokens stay inside the 256-token window, so no restart is timed.
+
+The machine is noisy; the ratios, measured in the same run, are the point:
+  batching       = s256, 32 clients tokens/s / 1 client's              (goal >= 4)
+  one client     = 1 client tokens/s / in-process tokens/s             (goal >= 0.9 on l768, 0.7 on s256)
+Standard library only (Debian's /usr/bin/python3).
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+MODELS = {
+    "s256": ["--d-model", "256", "--n-layers", "6", "--n-heads", "8", "--d-ff", "768", "--length", "256"],
+    "l768": ["--d-model", "768", "--n-layers", "12", "--n-heads", "12", "--d-ff", "2048", "--length", "256"],
+}
+CLIENTS = (1, 8, 32)
+PROMPT = "The "
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+def in_process(lockstep, model, tokens, cores, repetitions=3):
+    """Seconds per decoded token of `lockstep generate`: the fastest of `repetitions` runs of
+    `tokens` tokens minus the fastest of 1 token (loading the model cancels out); None when the
+    machine's noise hides the difference."""
+    def timed(n):
+        best = float("inf")
+        for r in range(repetitions):
+            cmd = [lockstep, "generate", model, "--prompt", PROMPT, "-n", str(n), "--temperature", "0.8",
+                   "--seed", str(r)]
+            if cores:
+                cmd += ["--cpu-cores", str(cores)]
+            t = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            best = min(best, time.perf_counter() - t)
+        return best
+    difference = timed(tokens) - timed(1)
+    return difference / (tokens - 1) if difference > 0 else None
+
+
+def serve(lockstep, model, tmp, cores):
+    out_path = os.path.join(tmp, f"serve-{time.monotonic_ns()}.out")
+    cmd = [lockstep, "serve", model, "--http", "127.0.0.1:0", "--http-batch", "64"]
+    if cores:
+        cmd += ["--cpu-cores", str(cores)]
+    out = open(out_path, "wb")
+    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        text = open(out_path, errors="replace").read()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", text)
+        if m:
+            return p, int(m.group(1))
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"lockstep serve did not start: {open(out_path, errors='replace').read()}")
+
+
+def client(port, tokens, stop_at, seed, results):
+    """Streamed completions back to back until stop_at; appends (ttft, tokens, end time)."""
+    k = 0
+    while time.monotonic() < stop_at:
+        body = json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0.8, "seed": seed * 1000 + k,
+                           "stream": True})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        start = time.perf_counter()
+        conn.request("POST", "/v1/completions", body=body)
+        r = conn.getresponse()
+        first = None
+        while True:
+            chunk = r.read1(65536)
+            if not chunk:
+                break
+            if first is None and b"data: " in chunk:
+                first = time.perf_counter() - start
+        conn.close()
+        results.append((first, tokens, time.perf_counter()))
+        k += 1
+
+
+def measure(port, clients, tokens, seconds):
+    results = []
+    begin = time.perf_counter()
+    stop_at = time.monotonic() + seconds
+    threads = [threading.Thread(target=client, args=(port, tokens, stop_at, c, results)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    end = max(r[2] for r in results)
+    ttft = [r[0] for r in results if r[0] is not None]
+    return {"tokens_per_s": sum(r[1] for r in results) / (end - begin), "answers": len(results),
+            "ttft_p50": percentile(ttft, 0.5), "ttft_p99": percentile(ttft, 0.99)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.environ.get("LOCKSTEP_BUILD_DIR", "build"))
+    ap.add_argument("--models", default="s256,l768")
+    ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per client count")
+    ap.add_argument("--tokens", type=int, default=200, help="tokens per request (prompt + tokens <= 256)")
+    ap.add_argument("--cpu-cores", type=int, default=0, help="serve's and generate's worker threads (0: default)")
+    a = ap.parse_args()
+    if not 10 <= a.tokens <= 256 - len(PROMPT):
+        ap.error("--tokens must be 10..252 so that no restart is timed")
+    lockstep = os.path.join(a.build, "src", "lockstep")
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="lockstep-http-bench-") as tmp:
+        for name in a.models.split(","):
+            model = os.path.join(tmp, name)
+            subprocess.run([lockstep, "init", "--seed", "1", *MODELS[name], "-o", model], check=True,
+                           capture_output=True)
+            per_token = in_process(lockstep, model, a.tokens, a.cpu_cores)
+            inproc = 1.0 / per_token if per_token else float("nan")
+            p, port = serve(lockstep, model, tmp, a.cpu_cores)
+            try:
+                served = {c: measure(port, c, a.tokens, a.seconds) for c in CLIENTS}
+            finally:
+                p.send_signal(signal.SIGKILL)
+                p.wait(30)
+            print(f"\n{name}: in-process generate {inproc:.1f} tokens/s ({a.tokens} tokens, temperature 0.8)")
+            print(f"{'clients':>7} {'tokens/s':>10} {'x 1 client':>10} {'x in-proc':>9} {'ttft p50 ms':>11} "
+                  f"{'ttft p99 ms':>11} {'answers':>7}")
+            for c in CLIENTS:
+                r = served[c]
+                print(f"{c:>7} {r['tokens_per_s']:>10.1f} {r['tokens_per_s'] / served[1]['tokens_per_s']:>10.2f} "
+                      f"{r['tokens_per_s'] / inproc:>9.2f} {1000 * r['ttft_p50']:>11.2f} "
+                      f"{1000 * r['ttft_p99']:>11.2f} {r['answers']:>7}", flush=True)
+            one = served[1]["tokens_per_s"] / inproc
+            ratios.append(f"  {name}: one HTTP client / in-process decoding: {one:.2f}  "
+                          f"(goal >= {0.9 if name == 'l768' else 0.7})")
+            if name == "s256":
+                ratios.append(f"  s256: 32 clients / 1 client tokens/s: "
+                              f"{served[32]['tokens_per_s'] / served[1]['tokens_per_s']:.2f}  (goal >= 4)")
+    print("\nratios (same run)")
+    print("\n".join(ratios))
+
+
+if __name__ == "__main__":
+    main()

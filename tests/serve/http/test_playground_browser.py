@@ -1,0 +1,94 @@
+"""The playground page (GET /) in a real browser: Debian's chromium and chromium-driver through
+python3-selenium, headless (--no-sandbox, as tests run as root). It loads the page from a real
+`lockstep serve --http 127.0.0.1:0`, submits a prompt with a seed, waits for the streamed text
+and checks that the text shown equals the API's /v1/completions text for the same request.
+Skipped, with a message saying what is missing, only where chromium, chromium-driver or selenium
+is not installed. LOCKSTEP_PLAYGROUND_SCREENSHOT=PATH saves a screenshot there (docs/playground.png
+was taken so); LOCKSTEP_PLAYGROUND_MODEL=DIR serves that model instead of the tiny one."""
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+BROWSER = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def missing():
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "python3-selenium is not installed (apt-get install python3-selenium)"
+    for path, package in [(BROWSER, "chromium"), (DRIVER, "chromium-driver")]:
+        if not os.path.exists(path):
+            return f"{package} is not installed ({path} missing; apt-get install {package})"
+    return None
+
+
+REASON = missing()
+if REASON:
+    print(f"\nSKIPPING the playground browser test: {REASON}")
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"playground browser test: {REASON}")
+def test_playground_shows_the_api_text(serve, model, tmp_path, request):
+    def request_finalizer(server):
+        request.addfinalizer(lambda: server.stop(signal.SIGKILL))
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    if "LOCKSTEP_PLAYGROUND_MODEL" in os.environ:
+        from conftest import Server
+        s = Server(os.environ["LOCKSTEP_PLAYGROUND_MODEL"], ["--http", "127.0.0.1:0"], tmp_path)
+        request_finalizer(s)
+    else:
+        s = serve("--http", "127.0.0.1:0")
+    assert s.port, s.banner + s.err()
+    request = dict(prompt=os.environ.get("LOCKSTEP_PLAYGROUND_PROMPT", "Once upon a "), max_tokens=48,
+                   temperature=0.8, top_p=1.0, top_k=0, seed=7)
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = BROWSER
+    for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=900,560", f"--user-data-dir={tmp_path / 'chromium'}"]:
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    try:
+        driver.set_page_load_timeout(30)
+        driver.set_script_timeout(30)
+        driver.get(f"http://127.0.0.1:{s.port}/")
+        for field in ["prompt", "max_tokens", "temperature", "top_p", "top_k", "seed"]:
+            element = driver.find_element(By.ID, field)
+            element.clear()
+            element.send_keys(str(request[field]))
+        driver.find_element(By.ID, "go").click()
+        WebDriverWait(driver, 30).until(
+            lambda d: "finish_reason" in d.find_element(By.ID, "status").text
+            or "error" in d.find_element(By.ID, "status").text)
+        status = driver.find_element(By.ID, "status").text
+        assert "finish_reason length" in status, status
+        # textContent of the generated spans (not the prompt's), exactly as the page holds it.
+        shown = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#output span:not(.prompt)'))"
+            ".map(s => s.textContent).join('');")
+        prompt_shown = driver.execute_script("return document.querySelector('#output span.prompt').textContent;")
+        WebDriverWait(driver, 5).until(lambda d: d.find_element(By.ID, "model").text != "?")
+        time.sleep(0.2)
+        shot = os.environ.get("LOCKSTEP_PLAYGROUND_SCREENSHOT") or str(tmp_path / "playground.png")
+        assert driver.save_screenshot(shot), shot
+        page_sha = driver.find_element(By.ID, "status").get_attribute("data-sha256")
+    finally:
+        driver.quit()
+
+    status_code, answer = s.post("/v1/completions", request)
+    assert status_code == 200, answer
+    choice = answer["choices"][0]
+    assert prompt_shown == request["prompt"]
+    assert shown == choice["text"] and len(shown) > 0
+    assert page_sha == choice["sha256"]
+    assert os.path.getsize(shot) > 1000
