@@ -37,6 +37,17 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// What the packed writers (q8, q4) need of the flat parameters: the registry's count, all finite.
+void check_packable(const std::string& path, const ParameterRegistry& registry, std::span<const float> parameters,
+                    const char* writer) {
+  if (static_cast<int64_t>(parameters.size()) != registry.total())
+    throw Error(ErrorKind::invalid_argument, writer + (": " + std::to_string(parameters.size())) + " values for " +
+                                                 std::to_string(registry.total()) + " parameters");
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (!std::isfinite(parameters[i]))
+      throw Error(ErrorKind::invalid_argument, path + ": a parameter is not finite at element " + std::to_string(i));
+}
+
 }  // namespace
 
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
@@ -230,12 +241,7 @@ void write_weights(const std::string& path, const ModelConfig& config,
 std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& config,
                                     std::span<const float> parameters) {
   const ParameterRegistry registry(config);
-  if (static_cast<int64_t>(parameters.size()) != registry.total())
-    throw Error(ErrorKind::invalid_argument, "write_weights_q8: " + std::to_string(parameters.size()) +
-                                                 " values for " + std::to_string(registry.total()) + " parameters");
-  for (size_t i = 0; i < parameters.size(); ++i)
-    if (!std::isfinite(parameters[i]))
-      throw Error(ErrorKind::invalid_argument, path + ": a parameter is not finite at element " + std::to_string(i));
+  check_packable(path, registry, parameters, "write_weights_q8");
   std::vector<float> expanded(parameters.begin(), parameters.end());
   std::vector<std::vector<int8_t>> q;
   std::vector<std::vector<float>> scales;
@@ -264,12 +270,7 @@ std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& 
 std::vector<float> write_weights_q4(const std::string& path, const ModelConfig& config,
                                     std::span<const float> parameters) {
   const ParameterRegistry registry(config);
-  if (static_cast<int64_t>(parameters.size()) != registry.total())
-    throw Error(ErrorKind::invalid_argument, "write_weights_q4: " + std::to_string(parameters.size()) +
-                                                 " values for " + std::to_string(registry.total()) + " parameters");
-  for (size_t i = 0; i < parameters.size(); ++i)
-    if (!std::isfinite(parameters[i]))
-      throw Error(ErrorKind::invalid_argument, path + ": a parameter is not finite at element " + std::to_string(i));
+  check_packable(path, registry, parameters, "write_weights_q4");
   std::vector<float> expanded(parameters.begin(), parameters.end());
   std::vector<std::vector<uint8_t>> q;
   std::vector<std::vector<float>> scales;
