@@ -51,6 +51,11 @@ struct ServerOptions {
   std::vector<std::string> listen;   // the frame protocol over TCP
   std::vector<std::string> http;     // the HTTP API
   bool listen_any = false;
+  // This server's name among replicas (docs/SCALING.md): in the handshake's `replica` field, in
+  // /health, as the `replica` label of every /metrics sample and in each HTTP response's
+  // X-Lockstep-Replica header. "": the host name and the first bound port (HTTP, else TCP), or
+  // the host name and the socket path.
+  std::string replica;
   HttpOptions http_options;
   int batch = 1;                     // most calls run together, 1..max_server_batch
   std::vector<std::string> outputs;  // outputs in the order wanted; every output when empty
@@ -94,6 +99,8 @@ class Server {
   // The handshake every connection reads first, as JSON text.
   const std::string& handshake() const;
   const ServerOptions& options() const;
+  // The replica name in use (ServerOptions::replica, or the default made from the bound address).
+  const std::string& replica() const;
   // Where it listens, with the ports bound: "unix:PATH", "tcp:HOST:PORT", "http://HOST:PORT".
   std::vector<std::string> endpoints() const;
 

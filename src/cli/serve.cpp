@@ -162,6 +162,9 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--api-key-file", f->api_key_file,
                   "a file holding the key HTTP clients must send as 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--model-name", f->server.http_options.model_name, "the model's name in the HTTP API");
+  cmd->add_option("--name", f->server.replica,
+                  "this replica's name: in /health, /metrics, the X-Lockstep-Replica header and the handshake "
+                  "(default: the host name and the first bound port)");
   cmd->add_option("--batch", f->server.batch, "most calls run together on the device")->capture_default_str();
   cmd->add_option("--output", f->server.outputs, "only this output, repeatable, in the order given")
       ->allow_extra_args(false);  // one name per --output, so a LOCATION after it stays one

@@ -130,8 +130,10 @@ void HttpSession::route() {
                                   path + "; use " + std::string(http::to_string(route->method)),
                          {}, "invalid_request_error", "method_not_allowed");
   if (path == "/health") {
-    if (context_.draining.load()) return respond(503, "application/json", R"({"status":"draining"})");
-    return respond(200, "application/json", dump(json{{"status", "ok"}, {"model", context_.model_name}}));
+    if (context_.draining.load())
+      return respond(503, "application/json", dump(json{{"status", "draining"}, {"replica", context_.replica}}));
+    return respond(200, "application/json",
+                   dump(json{{"status", "ok"}, {"model", context_.model_name}, {"replica", context_.replica}}));
   }
   if (context_.draining.load())
     return respond_error(503, "the server is shutting down", {}, "server_error", "draining");
@@ -145,7 +147,7 @@ void HttpSession::route() {
   if (path == "/metrics") {
     const auto [reused, computed] = context_.cache_rows();
     return respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                   context_.metrics.text(context_.model_name, context_.model->profile(),
+                   context_.metrics.text(context_.replica, context_.model_name, context_.model->profile(),
                                          context_.model->parameters_sha256(), reused, computed));
   }
   if (path == "/v1/models") {
@@ -224,7 +226,7 @@ void HttpSession::completion(bool chat) {
   if (r.stream) {
     context_.metrics.count_request(endpoint_, 200);
     send("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-         "Transfer-Encoding: chunked\r\nConnection: " +
+         "X-Lockstep-Replica: " + context_.replica + "\r\nTransfer-Encoding: chunked\r\nConnection: " +
              std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n",
          false);
     for (size_t i = 0; i < choices_.size(); ++i) {
@@ -381,6 +383,7 @@ void HttpSession::respond(int status, const std::string& content_type, const std
   std::string text = "HTTP/1.1 " + std::to_string(status) + " " +
                      std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
   text += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  text += "X-Lockstep-Replica: " + context_.replica + "\r\n";
   for (const auto& [k, v] : headers) text += k + ": " + v + "\r\n";
   text += close_after ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (request_.method() != http::verb::head) text += body;

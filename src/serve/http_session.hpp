@@ -43,6 +43,7 @@ struct HttpContext {
   std::chrono::milliseconds read_timeout{30'000};   // a request's head and body (idle time before it included)
   std::chrono::milliseconds write_timeout{30'000};  // one write, before the client is dropped
   std::string api_key;                              // "": no authentication
+  const std::string& replica;                       // the X-Lockstep-Replica header, /health, /metrics
   std::atomic<bool>& draining;                      // /health 503, new requests 503
 };
 

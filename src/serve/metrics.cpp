@@ -1,6 +1,7 @@
 #include "serve/metrics.hpp"
 
 #include <cstdio>
+#include <string_view>
 
 namespace lockstep::serve {
 namespace {
@@ -21,6 +22,33 @@ std::string label(const std::string& v) {
       continue;
     }
     out += c;
+  }
+  return out;
+}
+
+// `text` with `name="value"` added as the first label of every sample line (comments untouched).
+std::string with_label(const std::string& text, const std::string& name, const std::string& value) {
+  const std::string pair = name + "=\"" + label(value) + "\"";
+  std::string out;
+  out.reserve(text.size() + 64 * pair.size());
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    if (line.empty() || line[0] == '#') {
+      out += line;
+    } else {
+      const size_t metric_end = line.find_first_of("{ ");
+      out += line.substr(0, metric_end);
+      if (metric_end != std::string_view::npos && line[metric_end] == '{')
+        out += "{" + pair + (line.size() > metric_end + 1 && line[metric_end + 1] == '}' ? "" : ",") +
+               std::string(line.substr(metric_end + 1));
+      else
+        out += "{" + pair + "}" + std::string(metric_end == std::string_view::npos ? "" : line.substr(metric_end));
+    }
+    out += '\n';
+    begin = end + 1;
   }
   return out;
 }
@@ -63,7 +91,7 @@ void Metrics::count_request(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
-std::string Metrics::text(const std::string& model_name, const std::string& profile, const std::string& sha256,
+std::string Metrics::text(const std::string& replica, const std::string& model_name, const std::string& profile, const std::string& sha256,
                           uint64_t rows_reused, uint64_t rows_computed) const {
   std::string out;
   out += "# HELP lockstep_model_info The served model.\n# TYPE lockstep_model_info gauge\n";
@@ -99,7 +127,7 @@ std::string Metrics::text(const std::string& model_name, const std::string& prof
             time_to_first_token);
   histogram("lockstep_time_per_output_token_seconds", "Between consecutive tokens of one generation.",
             time_per_token);
-  return out;
+  return with_label(out, "replica", replica);
 }
 
 }  // namespace lockstep::serve

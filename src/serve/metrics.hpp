@@ -40,8 +40,9 @@ struct Metrics {
   Histogram time_to_first_token;    // seconds from admission to the first token
   Histogram time_per_token;         // seconds between a generation's tokens
 
-  // The exposition; `rows_reused`/`rows_computed` come from the frame protocol's prefix cache.
-  std::string text(const std::string& model_name, const std::string& profile, const std::string& sha256,
+  // The exposition, every sample labelled replica="<replica>" so that scrapes of several
+  // replicas stay apart; `rows_reused`/`rows_computed` come from the prefix cache.
+  std::string text(const std::string& replica, const std::string& model_name, const std::string& profile, const std::string& sha256,
                    uint64_t rows_reused, uint64_t rows_computed) const;
 
  private:

@@ -22,7 +22,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::string handshake_json(const Model& model, const CallLayout& layout) {
+std::string handshake_json(const Model& model, const CallLayout& layout, const std::string& replica) {
   const ModelSource& source = model.source();
   nlohmann::ordered_json j;
   j["protocol"] = protocol_version;
@@ -32,6 +32,7 @@ std::string handshake_json(const Model& model, const CallLayout& layout) {
   j["precision"] = precision_name(model.precision());
   j["inputs"] = specs_json(layout.inputs());
   j["outputs"] = specs_json(layout.outputs());
+  j["replica"] = replica;
   // Paths are bytes on Linux; a name that is not UTF-8 is carried with U+FFFD in its place.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

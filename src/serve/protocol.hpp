@@ -15,7 +15,7 @@ namespace lockstep::serve {
 
 // {"protocol", "checkpoint", "step", "slug", "precision", "inputs", "outputs"} as JSON text;
 // inputs and outputs as the layout (the flags) left them.
-std::string handshake_json(const Model& model, const CallLayout& layout);
+std::string handshake_json(const Model& model, const CallLayout& layout, const std::string& replica);
 
 // The handshake a connection gets instead when the server cannot serve it (at its connection
 // limit): {"protocol": 1, "error": TEXT}. A client raises TEXT; the server then closes.

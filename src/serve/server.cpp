@@ -119,8 +119,6 @@ struct Server::Impl {
       : model(std::move(m)),
         options(checked(o)),
         layout(model->config(), options.outputs, options.at),
-        handshake(serve::handshake_json(*model, layout)),
-        handshake_frame(frame_of_text(handshake)),
         refusal_frame(frame_of_text(serve::refusal_handshake_json(
             "the server has " + std::to_string(options.max_connections) +
             " connections open, its limit; try again later"))),
@@ -140,6 +138,7 @@ struct Server::Impl {
                      options.http_options.read_timeout,
                      options.http_options.write_timeout,
                      options.http_options.api_key,
+                     replica,
                      draining},
         drain_timer(strand) {
     if (::pipe(wake) != 0)
@@ -177,6 +176,10 @@ struct Server::Impl {
           admit_http(std::move(s));
         }));
       }
+      replica = options.replica.empty() ? default_replica_name() : options.replica;
+      handshake = serve::handshake_json(*model, layout, replica);
+      handshake_frame = frame_of_text(handshake);
+      context.handshake_frame = handshake_frame;
       wake_reader.assign(wake[0]);
     } catch (...) {
       ::close(wake[0]);
@@ -199,10 +202,13 @@ struct Server::Impl {
   void drain_step();
   // On the strand: the stop, once.
   void begin_stop();
+  // The host name and the first bound port (HTTP, else TCP), else the host name and the socket.
+  std::string default_replica_name() const;
 
   std::shared_ptr<const Model> model;
   ServerOptions options;
   CallLayout layout;
+  std::string replica;  // set once the listeners are bound, before any connection
   std::string handshake;
   std::vector<uint8_t> handshake_frame;
   std::vector<uint8_t> refusal_frame;
@@ -235,6 +241,15 @@ struct Server::Impl {
   bool stopping = false;
   bool served = false;
 };
+
+std::string Server::Impl::default_replica_name() const {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
+  for (const char* scheme : {"http://", "tcp:"})
+    for (const std::string& e : endpoint_names)
+      if (e.rfind(scheme, 0) == 0) return std::string(host) + e.substr(e.rfind(':'));
+  return std::string(host) + ":" + options.socket_path;
+}
 
 void Server::Impl::admit(serve::StreamSocket socket) {
   if (stopping) return;  // accepted as the stop began: the socket closes
@@ -309,6 +324,7 @@ Server::~Server() = default;
 
 const CallLayout& Server::layout() const { return impl_->layout; }
 const std::string& Server::handshake() const { return impl_->handshake; }
+const std::string& Server::replica() const { return impl_->replica; }
 const ServerOptions& Server::options() const { return impl_->options; }
 std::vector<std::string> Server::endpoints() const { return impl_->endpoint_names; }
 

@@ -43,7 +43,8 @@ TEST_F(ServeProtocol, BannerAndHandshakeDescribeTheModelAsServed) {
       {"slug", nullptr},
       {"precision", "f32"},
       {"inputs", {spec("inputs", {1, 32}, "i32")}},
-      {"outputs", {spec("logits", {1, 32, 256}, "f32"), spec("hidden", {1, 32, 16}, "f32")}}};
+      {"outputs", {spec("logits", {1, 32, 256}, "f32"), spec("hidden", {1, 32, 16}, "f32")}},
+      {"replica", host_name() + ":" + sock}};
   EXPECT_EQ(client.handshake(), expected);
   EXPECT_EQ(server.stop(SIGTERM), 128 + SIGTERM);
 }
@@ -62,6 +63,22 @@ TEST_F(ServeProtocol, FlagsShapeTheHandshake) {
   EXPECT_EQ(h["precision"], "bf16");
   EXPECT_EQ(h["inputs"], nlohmann::json({spec("inputs", {1, 32}, "i32"), spec("at", {1}, "i32")}));
   EXPECT_EQ(h["outputs"], nlohmann::json({spec("hidden", {1, 1, 16}, "f32")}));
+}
+
+TEST_F(ServeProtocol, TheHandshakeNamesTheReplica) {
+  ServerProcess named({model_dir, "--socket", sock, "--name", "replica-a"});
+  ASSERT_TRUE(named.running()) << named.err();
+  EXPECT_EQ(RawClient(sock).handshake()["replica"], "replica-a");
+  EXPECT_EQ(named.stop(SIGTERM), 128 + SIGTERM);
+  // Unnamed over TCP: the host name and the bound port.
+  ServerProcess tcp({model_dir, "--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(tcp.running()) << tcp.err();
+  const std::string out = tcp.out();
+  const size_t at = out.find("tcp:127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string port = out.substr(at + 14, out.find_first_not_of("0123456789", at + 14) - (at + 14));
+  const nlohmann::json h = RawClient("127.0.0.1", std::stoi(port)).handshake();
+  EXPECT_EQ(h["replica"], host_name() + ":" + port);
 }
 
 TEST_F(ServeProtocol, ACheckpointLocationServesItsNewestStep) {

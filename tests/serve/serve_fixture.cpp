@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,7 +48,27 @@ int connect_to(const std::string& path) {
   return fd;
 }
 
+int connect_tcp(const std::string& host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
+}
 
 std::string make_tiny_model(const TempDir& dir, const std::string& name, int length, uint64_t seed) {
   const std::string path = dir / name;
@@ -125,6 +147,15 @@ RawClient::RawClient(const std::string& socket_path) {
   if (fd_ < 0) throw std::runtime_error("cannot connect to " + socket_path + ": " + std::strerror(errno));
   const auto frame = read_frame();
   if (!frame) throw std::runtime_error("no handshake from " + socket_path);
+  handshake_ = nlohmann::json::parse(*frame);
+}
+
+RawClient::RawClient(const std::string& host, int port) {
+  const std::string where = host + ":" + std::to_string(port);
+  fd_ = connect_tcp(host, port);
+  if (fd_ < 0) throw std::runtime_error("cannot connect to " + where + ": " + std::strerror(errno));
+  const auto frame = read_frame();
+  if (!frame) throw std::runtime_error("no handshake from " + where);
   handshake_ = nlohmann::json::parse(*frame);
 }
 

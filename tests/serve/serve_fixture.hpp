@@ -49,10 +49,14 @@ class ServerProcess {
 };
 
 // A protocol client on a blocking Unix socket.
+// This machine's host name, as a server's default replica name starts.
+std::string host_name();
+
 class RawClient {
  public:
   // Connects and reads the handshake; throws std::runtime_error when it cannot.
   explicit RawClient(const std::string& socket_path);
+  RawClient(const std::string& host, int port);  // the frame protocol over TCP (IPv4)
   ~RawClient();
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;

@@ -62,6 +62,11 @@ class Server:
         finally:
             conn.close()
 
+    def metrics(self, timeout=30):
+        """/metrics' text without the replica label every sample carries."""
+        _, _, body = self.request("GET", "/metrics", timeout=timeout)
+        return re.sub(r'replica="[^"]*",', "", re.sub(r'\{replica="[^"]*"\}', "", body.decode()))
+
     def post(self, path, body, headers=None, timeout=30):
         status, headers, data = self.request("POST", path, body, headers, timeout)
         return status, json.loads(data) if data else None

@@ -189,18 +189,40 @@ def test_concurrent_requests_equal_their_solo_answers(serve):
         for t in threads:
             t.join(60)
         assert results == solo
-    _, _, metrics = s.request("GET", "/metrics")
-    text = metrics.decode()
+    text = s.metrics()
     count = int(next(l for l in text.splitlines() if l.startswith("lockstep_batch_size_count")).split()[1])
     total = float(next(l for l in text.splitlines() if l.startswith("lockstep_batch_size_sum")).split()[1])
     assert count > 0 and total >= count
+
+
+def test_replica_named_in_health_metrics_and_every_header(serve):
+    named = serve("--http", "127.0.0.1:0", "--name", "replica-b")
+    status, headers, body = named.request("GET", "/health")
+    assert status == 200 and json.loads(body)["replica"] == "replica-b"
+    assert headers["X-Lockstep-Replica"] == "replica-b"
+    for method, path, body in [("GET", "/v1/models", None), ("GET", "/nowhere", None),
+                               ("POST", "/v1/completions", {"prompt": "a", "max_tokens": 2, "seed": 1}),
+                               ("POST", "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True}),
+                               ("POST", "/v1/completions", {"max_tokens": "x"})]:
+        _, headers, _ = named.request(method, path, body)
+        assert headers.get("X-Lockstep-Replica") == "replica-b", (method, path, headers)
+    assert 'lockstep_model_info{replica="replica-b",' in named.request("GET", "/metrics")[2].decode()
+    # Unnamed: the host name and the HTTP port.
+    plain = serve("--http", "127.0.0.1:0")
+    health = json.loads(plain.request("GET", "/health")[2])
+    assert health["replica"] == f"{socket.gethostname()}:{plain.port}"
 
 
 def test_metrics(shared_server):
     completion(shared_server, prompt="Hello", max_tokens=5, temperature=0, seed=0)
     status, headers, body = shared_server.request("GET", "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    text = body.decode()
+    replica = json.loads(shared_server.request("GET", "/health")[2])["replica"]
+    assert headers["X-Lockstep-Replica"] == replica
+    samples = [line for line in body.decode().splitlines() if line and not line.startswith("#")]
+    label = f'replica="{replica}"'
+    assert samples and all(line.split(" ")[0].split("{", 1)[1].startswith(label) for line in samples), samples
+    text = body.decode().replace("{" + label + "}", "").replace(label + ",", "")
     for name in ["lockstep_model_info{", "lockstep_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}",
                  "lockstep_prompt_tokens_total", "lockstep_generation_tokens_total", "lockstep_num_requests_waiting",
                  "lockstep_num_requests_running", "lockstep_batch_size_bucket{le=\"+Inf\"}",
@@ -229,8 +251,7 @@ def test_disconnect_leaves_the_batch(serve):
     conn.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        _, _, m = s.request("GET", "/metrics")
-        if "lockstep_num_requests_running 0" in m.decode():
+        if "lockstep_num_requests_running 0" in s.metrics():
             return
         time.sleep(0.05)
     pytest.fail("the disconnected generation still runs")
@@ -249,8 +270,7 @@ def test_non_streamed_disconnect_leaves_the_batch(serve):
 def wait_running(s, value):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        _, _, m = s.request("GET", "/metrics")
-        if f"lockstep_num_requests_running {value}\n" in m.decode():
+        if f"lockstep_num_requests_running {value}\n" in s.metrics():
             return
         time.sleep(0.05)
     pytest.fail(f"lockstep_num_requests_running did not become {value}")
@@ -266,8 +286,7 @@ def test_write_timeout_drops_a_client_that_stops_reading(serve):
     conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     # Never read: once the buffers are full a write waits past the timeout and the client is dropped.
     def metric(name):
-        _, _, m = s.request("GET", "/metrics")
-        return int(next(l for l in m.decode().splitlines() if l.startswith(name + " ")).split()[1])
+        return int(next(l for l in s.metrics().splitlines() if l.startswith(name + " ")).split()[1])
 
     deadline = time.monotonic() + 30
     while metric("lockstep_generation_tokens_total") == 0:  # admitted and generating
