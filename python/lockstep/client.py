@@ -1,4 +1,4 @@
-"""A client for ``lockstep serve``: the model behind a Unix socket (docs/PROTOCOL.md).
+"""A client for ``lockstep serve``: the model behind a Unix socket or TCP (docs/PROTOCOL.md).
 
 Standard library only; numpy is used when it is installed. ::
 
@@ -8,6 +8,11 @@ Standard library only; numpy is used when it is installed. ::
         print(model.inputs, model.outputs)         # [TensorSpec(name, shape, dtype), ...]
         answer = model.call(ids, [7])              # one value per input, in order
         logits = answer["logits"]                  # numpy array, or bytes without numpy
+
+An address is a Unix socket's path, ``"tcp:HOST:PORT"`` (``serve --listen``; IPv6 as
+``tcp:[::1]:PORT``) or a ``(host, port)`` tuple. Behind a balancer (docs/SCALING.md),
+``Resending`` resends a call whose connection was lost on a new connection: a call is stateless
+and its answer depends on its inputs alone, so any replica may answer it, and twice is harmless.
 
 A call's inputs may be numpy arrays, lists (nested or flat) of numbers, or bytes-like objects
 holding the tensor's raw little-endian bytes. Without numpy an output is its raw bytes;
@@ -19,7 +24,8 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 try:  # optional
     import numpy as _np
@@ -152,11 +158,12 @@ class Client:
     """One connection to ``lockstep serve``. Calls on one connection run one after another;
     open one client per thread to run calls side by side (the server batches them)."""
 
-    def __init__(self, path: str, timeout: Optional[float] = None):
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def __init__(self, path: Any, timeout: Optional[float] = None):
+        family, address = _address(path)
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             self._sock.settimeout(timeout)
-            self._sock.connect(path)
+            self._sock.connect(address)
             about = json.loads(self._read_frame(_MAX_HANDSHAKE_BYTES).decode("utf-8"))
         except BaseException:
             self._sock.close()
@@ -174,6 +181,7 @@ class Client:
         self.step: Optional[int] = about["step"]
         self.slug: Optional[str] = about["slug"]
         self.precision: str = about["precision"]
+        self.replica: Optional[str] = about.get("replica")  # which server answered (serve --name)
         self.inputs: List[TensorSpec] = [_spec(e) for e in about["inputs"]]
         self.outputs: List[TensorSpec] = [_spec(e) for e in about["outputs"]]
         self.input_bytes = sum(s.nbytes for s in self.inputs)
@@ -264,5 +272,81 @@ class Client:
         return f"Client({self.path!r}: inputs {specs(self.inputs)}; outputs {specs(self.outputs)})"
 
 
-def connect(path: str, timeout: Optional[float] = None) -> Client:
+def _address(address: Any):
+    """(socket family, connect() address) of a Unix path, "tcp:HOST:PORT" or (host, port)."""
+    if isinstance(address, tuple):
+        host, port = address
+    elif isinstance(address, str) and address.startswith("tcp:"):
+        host, sep, port = address[4:].rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"a TCP address is tcp:HOST:PORT (port 1..65535); got {address!r}")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    else:
+        return socket.AF_UNIX, address
+    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    return infos[0][0], infos[0][4]
+
+
+def connect(path: Any, timeout: Optional[float] = None) -> Client:
+    """A client of the server at a Unix socket path, "tcp:HOST:PORT" or (host, port)."""
     return Client(path, timeout)
+
+
+class Resending:
+    """Calls to a server or a balancer in front of several (docs/SCALING.md) that survive a lost
+    connection: a call whose connection closed, was refused or reset before its answer came is
+    sent again on a new connection, up to ``retries`` more times, after ``backoff`` seconds
+    (doubling, at most 2 s). Safe because a call is stateless: its answer depends on its inputs
+    alone, so any replica may answer it and answering twice changes nothing. An error answer
+    (ServerError) is not resent. ``replicas``: the handshake's replica of each answer's server."""
+
+    def __init__(self, address: Any, timeout: Optional[float] = None, retries: int = 5,
+                 backoff: float = 0.2):
+        self.address = address
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.replicas: List[Optional[str]] = []
+        self.resent = 0  # calls sent again after a lost connection
+        self._client: Optional[Client] = None
+
+    def _retrying(self, use: Callable[[Client], Any]) -> Any:
+        """use(a connected client), on a new connection again while connections are lost."""
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                if self._client is None:
+                    self._client = Client(self.address, self.timeout)
+                result = use(self._client)
+                self.replicas.append(self._client.replica)
+                return result
+            except ServerRefused as e:  # at its connection limit: try again, maybe elsewhere
+                error: Exception = e
+            except (ProtocolError, OSError) as e:  # lost, refused, reset, timed out
+                error = e
+            self.close()
+            if attempt == self.retries:
+                raise error
+            self.resent += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    def call_raw(self, payload: bytes) -> bytes:
+        """One call from its raw bytes (Client.call_raw), resent while connections are lost."""
+        return self._retrying(lambda client: client.call_raw(payload))
+
+    def call(self, *inputs: Any, **named: Any) -> Dict[str, Any]:
+        """One call (Client.call), resent on a new connection while connections are lost."""
+        return self._retrying(lambda client: client.call(*inputs, **named))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> "Resending":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
