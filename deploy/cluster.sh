@@ -58,6 +58,7 @@ declare -A ARGS=()    # replica name -> its --http and --listen addresses once b
 declare -A FAILS=()   # name -> starts in a row that ended within 2 s
 declare -A STARTED=() # name -> $SECONDS at its last start
 STOPPING=0
+SLEEPER=  # the restart delay's sleep, in the background so that a signal's trap runs at once
 
 free_port() {  # a loopback port nothing listens on now (the kernel's choice)
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -65,6 +66,7 @@ free_port() {  # a loopback port nothing listens on now (the kernel's choice)
 
 stop_all() {
   STOPPING=1
+  if [ -n "$SLEEPER" ]; then kill "$SLEEPER" 2>/dev/null || true; fi
   local name pids=()
   for name in "${!PID[@]}"; do pids+=("${PID[$name]}"); done
   [ ${#pids[@]} -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null || true
@@ -159,16 +161,30 @@ echo "cluster: frames tcp:$FRAMES_BIND  (python: lockstep.client.Resending(\"tcp
 echo "cluster: logs in $DIR"
 echo "cluster: ready; Ctrl-C stops everything"
 
-# Supervise: a process that exits is started again (same ports) after --restart-delay.
+# Supervise: a process that exits is started again (same ports) after --restart-delay. Polled
+# (10 times a second) rather than `wait -n`, which misses a child that bash has already reported.
+EXIT_STATUS=
+has_exited() {  # pid; true once it has exited, with its status in EXIT_STATUS (reaped)
+  local pid=$1 state
+  if kill -0 "$pid" 2>/dev/null; then
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    [ "$state" = Z ] || return 1  # running
+  fi
+  EXIT_STATUS=0
+  wait "$pid" 2>/dev/null || EXIT_STATUS=$?
+}
+pause() {  # seconds; a sleep that a signal's trap interrupts at once
+  sleep "$1" &
+  SLEEPER=$!
+  wait "$SLEEPER" || true
+  SLEEPER=
+}
 while :; do
-  exited=
-  status=0
-  wait -n -p exited || status=$?
+  pause 0.1
   [ $STOPPING -eq 0 ] || break
-  [ -n "$exited" ] || continue
   for name in "${!PID[@]}"; do
-    [ "${PID[$name]}" = "$exited" ] || continue
-    echo "cluster: $name (pid $exited) exited with status $status; starting it again in ${RESTART_DELAY} s"
+    has_exited "${PID[$name]}" || continue
+    echo "cluster: $name (pid ${PID[$name]}) exited with status $EXIT_STATUS; starting it again in ${RESTART_DELAY} s"
     if [ $((SECONDS - ${STARTED[$name]})) -lt 2 ]; then FAILS[$name]=$((${FAILS[$name]:-0} + 1)); else FAILS[$name]=0; fi
     if [ "${FAILS[$name]}" -ge 5 ]; then
       echo "cluster: $name failed 5 times in a row within 2 s of starting; stopping (log: $DIR/$name.log)" >&2
@@ -176,13 +192,13 @@ while :; do
       exit 1
     fi
     unset "PID[$name]"
-    sleep "$RESTART_DELAY"
+    pause "$RESTART_DELAY"
     [ $STOPPING -eq 0 ] || break 2
     if [ "$name" = haproxy ]; then
       start_haproxy
     else
       start_replica "$name"
-      wait_replica "$name" || true  # failed: the next round of the loop sees it exit
+      wait_replica "$name" || true  # failed: the next round sees it exit
       echo "cluster: $name started again (pid ${PID[$name]})"
     fi
   done

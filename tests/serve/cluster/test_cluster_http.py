@@ -1,0 +1,281 @@
+"""HTTP through HAProxy to 3 replicas under load while replicas die, drain and come back, and
+HAProxy itself restarts (docs/SCALING.md, "What happens on each fault").
+
+32 clients x 50 requests with fixed seeds (a third streamed), beside long streams pinned with
+X-Lockstep-Affinity to the replicas the faults hit: one replica is SIGKILLed while a long stream
+runs on it (the stream breaks; lockstep.http_client resumes it elsewhere), another is SIGTERMed
+while a long stream runs on it (it drains: the stream finishes there, new requests go elsewhere),
+then HAProxy is SIGKILLed. deploy/cluster.sh starts each again on its ports. Every request must
+complete, every text must equal the same request's answer from a server alone, and the
+X-Lockstep-Replica headers must show every replica answering."""
+import http.client
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from lockstep.http_client import HttpClient
+
+CLIENTS = int(os.environ.get("LOCKSTEP_CLUSTER_CLIENTS", 32))
+REQUESTS = int(os.environ.get("LOCKSTEP_CLUSTER_REQUESTS", 50))
+VARIANTS = 5  # distinct requests per client, asked in turn
+LONG_TOKENS = 3000  # a long stream: long enough that a fault lands in its middle
+AFFINITY = "X-Lockstep-Affinity"
+
+
+def body(client, variant):
+    return dict(prompt=f"cluster {client}.{variant}", max_tokens=6 + (client * 7 + variant * 3) % 20,
+                temperature=0.9, top_k=40, seed=20_000 + 100 * client + variant)
+
+
+def streamed(client, variant):
+    return (client + variant) % 3 == 0
+
+
+def long_body(key):
+    return dict(prompt=f"long {key}", max_tokens=LONG_TOKENS, temperature=0.8, seed=7_000 + len(key))
+
+
+def client_for(url, **kw):
+    return HttpClient(url, timeout=30, retries=8, backoff=0.2, **kw)
+
+
+def affinity_keys(url, wanted):
+    """{replica: a key X-Lockstep-Affinity sends to it} for the wanted replicas, from probes; also
+    checks that a key keeps its replica."""
+    found = {}
+    for i in range(200):
+        key = f"conversation-{i}"
+        c = client_for(url, headers={AFFINITY: key})
+        for _ in range(2):
+            c.completion(prompt="probe", max_tokens=1, seed=1)
+        assert len(set(c.replicas)) == 1, f"{key} went to {c.replicas}"
+        found.setdefault(c.replicas[0], key)
+        if all(w in found for w in wanted):
+            return found
+    raise AssertionError(f"no affinity key reached each of {wanted}: {found}")
+
+
+class LongStreams:
+    """Long streams to one replica (by affinity) back to back until stopped; each one's text,
+    attempts and replicas, and whether one is in its middle now."""
+
+    def __init__(self, url, key):
+        self.url, self.key = url, key
+        self.results = []  # (text, attempts, replicas, client)
+        self.current = None  # the HttpClient of the stream under way
+        self.last_piece = (0.0, None)  # (time, X-Lockstep-Replica of the attempt it came from)
+        self.errors = []
+        self.stopping = threading.Event()
+        self.middle = threading.Event()  # set while a stream has delivered part of its text
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        try:
+            while not self.stopping.is_set():
+                c = client_for(self.url, headers={AFFINITY: self.key})
+                self.current = c
+                pieces = []
+                for piece in c.stream_completion(**long_body(self.key)):
+                    self.last_piece = (time.monotonic(), c.replicas[-1])
+                    pieces.append(piece)
+                    if len(pieces) == 50:
+                        self.middle.set()
+                    elif len(pieces) == LONG_TOKENS // 2:
+                        self.middle.clear()
+                self.middle.clear()
+                self.results.append(("".join(pieces), c.attempts, list(c.replicas), c))
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.errors.append(repr(e))
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+
+
+def wait_for(event, what, timeout=30):
+    assert event.wait(timeout), f"timed out waiting for {what}"
+
+
+def wait_generating(c, streams, name, timeout=30):
+    """Waits until a long stream is in its middle on the client's side, coming from the replica,
+    and the replica still generates (so a signal now lands before the server has finished it)."""
+    deadline = time.monotonic() + timeout
+    def streaming_from_it():
+        at, replica = streams.last_piece
+        return streams.middle.is_set() and replica == name and time.monotonic() - at < 0.05
+
+    while not (streaming_from_it() and (c.running(name) or 0) >= 1 and streaming_from_it()):
+        assert time.monotonic() < deadline, f"no long stream in its middle on {name}"
+        time.sleep(0.005)
+
+
+def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, alone):
+    began = time.monotonic()
+    c = cluster(replicas=3)
+    keys = affinity_keys(c.url, ["r1", "r2"])
+    bodies = [[body(k, v) for v in range(VARIANTS)] for k in range(CLIENTS)]
+    expected = [[alone.completion(b) for b in row] for row in bodies]
+    expected_long = {key: alone.completion(long_body(key)) for key in keys.values()}
+
+    results = [[None] * REQUESTS for _ in range(CLIENTS)]
+    replicas = [[] for _ in range(CLIENTS)]
+    errors = []
+    done = [0]
+    lock = threading.Lock()
+
+    def load(k):
+        try:
+            client = client_for(c.url)
+            for i in range(REQUESTS):
+                v = i % VARIANTS
+                if streamed(k, v):
+                    results[k][i] = "".join(client.stream_completion(**bodies[k][v]))
+                else:
+                    results[k][i] = client.completion(**bodies[k][v])["choices"][0]["text"]
+                with lock:
+                    done[0] += 1
+            replicas[k] = client.replicas
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(f"client {k}: {e!r}")
+
+    on_r1 = LongStreams(c.url, keys["r1"])
+    on_r2 = LongStreams(c.url, keys["r2"])
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(CLIENTS)]
+    for t in threads:
+        t.start()
+
+    # The faults, in the middle of the load.
+    while done[0] < CLIENTS * REQUESTS // 10 and not errors and any(t.is_alive() for t in threads):
+        time.sleep(0.01)
+    wait_generating(c, on_r1, "r1")
+    killed = c.signal("r1", 9)  # SIGKILL: its streams break, its requests in flight are lost
+    done_at_kill = done[0]
+    c.wait_up("r1", killed)
+    haproxy = c.signal("haproxy", 9)  # every connection through it breaks
+    done_at_haproxy = done[0]
+    deadline = time.monotonic() + 30
+    while c.pid("haproxy") == haproxy and time.monotonic() < deadline:
+        time.sleep(0.05)
+    wait_generating(c, on_r2, "r2")
+    draining, draining_attempts = on_r2.current, on_r2.current.attempts
+    drained = c.signal("r2", 15)  # SIGTERM: drains
+    c.wait_up("r2", drained)
+
+    for t in threads:
+        t.join(150)
+    on_r1.stop()
+    on_r2.stop()
+    assert not any(t.is_alive() for t in threads), "load clients still running"
+    assert not errors, errors[:5]
+    assert not on_r1.errors and not on_r2.errors, on_r1.errors + on_r2.errors
+
+    # Every answer is the answer alone, whoever gave it.
+    wrong = [(k, i) for k in range(CLIENTS) for i in range(REQUESTS)
+             if results[k][i] != expected[k][i % VARIANTS]]
+    assert not wrong, f"{len(wrong)} answers differ from the answer alone, e.g. {wrong[:5]}"
+    for streams in (on_r1, on_r2):
+        assert streams.results
+        for text, _, _, _ in streams.results:
+            assert text == expected_long[streams.key]
+
+    # The stream cut by the SIGKILL resumed elsewhere; the one on the draining replica finished there.
+    assert any(attempts > 1 and r[0] == "r1" and set(r[1:]) - {"r1"} for _, attempts, r, _ in on_r1.results), \
+        [(a, r) for _, a, r, _ in on_r1.results]
+    drained_stream = [r for r in on_r2.results if r[3] is draining]
+    assert drained_stream and draining.attempts == draining_attempts and draining.replicas[-1] == "r2", \
+        (draining.attempts, draining_attempts, draining.replicas)
+
+    seen = {r for row in replicas for r in row}
+    assert seen == {"r1", "r2", "r3"}, seen
+    out = c.output()
+    assert "r1 (pid %d) exited with status 137" % killed in out, out
+    assert "r2 (pid %d) exited with status 143" % drained in out, out
+    assert "haproxy (pid %d) exited" % haproxy in out, out
+    assert 0 < done_at_kill < CLIENTS * REQUESTS, "the load ended before the faults"
+    print(f"\n{CLIENTS * REQUESTS} requests + {len(on_r1.results) + len(on_r2.results)} long streams "
+          f"through HAProxy in {time.monotonic() - began:.1f} s; SIGKILL r1 after {done_at_kill}, "
+          f"HAProxy after {done_at_haproxy}")
+
+
+def test_affinity_keeps_a_key_on_one_replica_and_answers_stay_the_same(cluster, alone):
+    c = cluster(replicas=3)
+    b = dict(prompt="affinity", max_tokens=12, temperature=0.9, seed=5)
+    want = alone.completion(b)
+    where = {}
+    for i in range(24):
+        key = f"user-{i}"
+        client = client_for(c.url, headers={AFFINITY: key})
+        for _ in range(3):
+            assert client.completion(**b)["choices"][0]["text"] == want
+        assert len(set(client.replicas)) == 1, (key, client.replicas)
+        where[key] = client.replicas[0]
+    assert len(set(where.values())) >= 2, where  # the keys spread over the replicas
+    # Without the header, leastconn spreads the same request: same text from every replica.
+    client = client_for(c.url)
+    for _ in range(12):
+        assert client.completion(**b)["choices"][0]["text"] == want
+
+
+def test_ctrl_c_stops_every_process(cluster):
+    c = cluster(replicas=2)
+    pids = [c.pid(n) for n in ("r1", "r2", "haproxy")]
+    os.killpg(c.proc.pid, 2)  # SIGINT to the process group, as Ctrl-C in a terminal
+    assert c.proc.wait(30) == 0
+    assert "cluster: stopped" in c.output()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not c.left_running()
+
+
+def plain_completion(http_address, b):
+    """One request with http.client alone (no retry, new connection): (status, replica, text)."""
+    conn = http.client.HTTPConnection(*http_address, timeout=30)
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(b))
+        r = conn.getresponse()
+        data = r.read()
+        text = json.loads(data)["choices"][0]["text"] if r.status == 200 else data
+        return r.status, r.getheader("X-Lockstep-Replica"), text
+    finally:
+        conn.close()
+
+
+def test_haproxy_alone_hides_a_dead_and_a_draining_replica_from_a_plain_client(cluster, alone):
+    """deploy/haproxy.cfg's retry-on + redispatch: a client without any retry of its own sees no
+    error when a replica is dead before HAProxy's checks notice (connection refused), nor when
+    one drains (it answers 503 to new requests until the checks take it out)."""
+    c = cluster(replicas=3, restart_delay="30")  # a replica that exits stays down here
+    b = dict(prompt="plain", max_tokens=8, temperature=0.9, seed=11)
+    want = alone.completion(b)
+
+    def redispatches():
+        return int(c.haproxy_stat()[("lockstep_http_replicas", "BACKEND")]["wredis"] or 0)
+
+    killed = c.signal("r1", 9)
+    c.wait_exited("r1", killed)
+    before = redispatches()
+    answers = [plain_completion(c.http, b) for _ in range(12)]  # within the checks' 1 s
+    assert all(a == (200, a[1], want) for a in answers), answers
+    assert {a[1] for a in answers} == {"r2", "r3"}
+    assert redispatches() > before, "no request met the dead replica; HAProxy redispatched none"
+
+    # One fault at a time: once the checks have taken r1 out (with two bad replicas in the pool
+    # at once, 3 retries can all land on them). Then r2 drains while a long stream holds it up:
+    # it answers new requests 503, and HAProxy sends them to r3 instead (which needs option
+    # http-buffer-request: without it HAProxy 2.6 passed some of those 503 on to the client).
+    c.wait_down("r1")
+    streams = LongStreams(c.url, affinity_keys(c.url, ["r2"])["r2"])
+    wait_generating(c, streams, "r2")
+    c.signal("r2", 15)
+    c.wait_draining("r2")
+    before = redispatches()
+    answers = [plain_completion(c.http, b) for _ in range(12)]
+    streams.stop()
+    assert all(a == (200, "r3", want) for a in answers), answers
+    assert redispatches() > before, "no request met the draining replica's 503"
+    assert not streams.errors and streams.results[0][1:3] == (1, ["r2"]), (streams.errors, streams.results)
