@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints lockstep's performance figures as ratios measured in one run (the machines are shared
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
-#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|all] [--quick]
+#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|cluster|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
@@ -10,7 +10,9 @@
 #          process, without and then with a busy neighbour process pinned to CPU 0;
 #          serve: bench/serve_bench.py (socket round trips, batching);
 #          http: bench/http_bench.py (streamed tokens/s of 1, 8, 32 HTTP clients on s256 and l768
-#          against in-process generate, time to first token p50/p99).
+#          against in-process generate, time to first token p50/p99);
+#          cluster: bench/cluster_bench.py (requests/s and tokens/s of s256 through HAProxy with 1
+#          and 2 one-core replicas against one 2-core server; HAProxy's cost on one request's p50).
 # Each stage prints a line when it starts and one per benchmark as it finishes; the tables
 # (bench/report.py) come at the end.
 set -euo pipefail
@@ -96,8 +98,13 @@ case "$WHAT" in
     if [ "$QUICK" = "--quick" ]; then /usr/bin/python3 bench/http_bench.py --build "$BUILD" --seconds 3 --tokens 100
     else /usr/bin/python3 bench/http_bench.py --build "$BUILD"; fi
     ;;&
-  forward|decode|train|busy|serve|http|all) ;;
-  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve, http or all)" >&2; exit 2 ;;
+  cluster|all)
+    stage "cluster: s256 through HAProxy, 1 and 2 one-core replicas against one 2-core server (bench/cluster_bench.py)"
+    if [ "$QUICK" = "--quick" ]; then /usr/bin/python3 bench/cluster_bench.py --build "$BUILD" --seconds 3 --latency-requests 50
+    else /usr/bin/python3 bench/cluster_bench.py --build "$BUILD"; fi
+    ;;&
+  forward|decode|train|busy|serve|http|cluster|all) ;;
+  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve, http, cluster or all)" >&2; exit 2 ;;
 esac
 stage "done; the tables:"
 /usr/bin/python3 bench/report.py "$OUT"
