@@ -3,11 +3,11 @@
 and HAProxy's cost on one request's latency.
 
     /usr/bin/python3 bench/cluster_bench.py [--build build] [--seconds 10] [--clients 16]
-                                            [--tokens 64] [--latency-requests 200]
+                                            [--tokens 64] [--latency-requests 200] [--rounds 3]
 
 On s256 (lockstep init --seed 1 --d-model 256 --n-layers 6 --n-heads 8 --d-ff 768 --length 256,
 as bench/http_bench.py): --clients threads send non-streamed /v1/completions of --tokens tokens
-back to back for --seconds to
+back to back for --seconds (in --rounds turns, the three taking turns) to
   - one `lockstep serve --http --cpu-cores 2`, directly;
   - HAProxy in front of 1 replica (`--cpu-cores 1`);
   - HAProxy in front of 2 replicas (`--cpu-cores 1` each): the same 2 cores as the first.
@@ -161,6 +161,7 @@ def main():
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients")
     ap.add_argument("--tokens", type=int, default=64, help="tokens per request (prompt + tokens <= 256)")
     ap.add_argument("--latency-requests", type=int, default=200, help="requests per path for the p50")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over the three configurations")
     a = ap.parse_args()
     if not 1 <= a.tokens <= 256 - len(PROMPT):
         ap.error("--tokens must be 1..252 so that no restart is timed")
@@ -173,21 +174,31 @@ def main():
         model = os.path.join(tmp, "s256")
         subprocess.run([lockstep, "init", "--seed", "1", *S256, "-o", model], check=True, capture_output=True)
 
+        # All three up at once, measured in turn for --rounds rounds (so the machine's load
+        # drifting over the run falls on each alike); idle ones only wait.
         p, address = serve_alone(lockstep, model, 2, tmp)
+        clusters = []
         try:
-            rows["1 server, 2 cores, direct"] = load(address, a.clients, a.tokens, a.seconds)
+            for replicas in (1, 2):
+                clusters.append(Cluster(lockstep, model, replicas, os.path.join(tmp, f"cluster{replicas}")))
+            configs = {"1 server, 2 cores, direct": address, "HAProxy + 1 replica x 1 core": clusters[0].http,
+                       "HAProxy + 2 replicas x 1 core": clusters[1].http}
+            parts = {name: [] for name in configs}
+            for _ in range(a.rounds):
+                for name, target in configs.items():
+                    parts[name].append(load(target, a.clients, a.tokens, a.seconds / a.rounds))
+            for name, runs in parts.items():
+                seconds = sum(r["answers"] / r["requests_per_s"] for r in runs)
+                answers = sum(r["answers"] for r in runs)
+                tokens = sum(r["tokens_per_s"] * r["answers"] / r["requests_per_s"] for r in runs)
+                rows[name] = {"requests_per_s": answers / seconds, "tokens_per_s": tokens / seconds,
+                              "answers": answers}
+            p50_direct, p50_via = latency(clusters[0].replica("r1"), clusters[0].http, a.latency_requests)
         finally:
+            for c in clusters:
+                c.stop()
             p.send_signal(signal.SIGKILL)
             p.wait(30)
-        for replicas in (1, 2):
-            c = Cluster(lockstep, model, replicas, os.path.join(tmp, f"cluster{replicas}"))
-            try:
-                rows[f"HAProxy + {replicas} replica{'s' if replicas > 1 else ''} x 1 core"] = \
-                    load(c.http, a.clients, a.tokens, a.seconds)
-                if replicas == 1:
-                    p50_direct, p50_via = latency(c.replica("r1"), c.http, a.latency_requests)
-            finally:
-                c.stop()
 
     print(f"\ns256: {a.clients} clients, {a.tokens} tokens a request (temperature 0.8), {a.seconds:g} s each")
     print(f"{'configuration':<30} {'requests/s':>10} {'tokens/s':>10} {'answers':>8}")

@@ -129,7 +129,10 @@ for i in $(seq "$REPLICAS"); do names+=("r$i"); start_replica "r$i"; done
 for name in "${names[@]}"; do wait_replica "$name" || exit 1; done
 
 [ -n "$HTTP_BIND" ] || HTTP_BIND=127.0.0.1:$(free_port)
-[ -n "$FRAMES_BIND" ] || FRAMES_BIND=127.0.0.1:$(free_port)
+if [ -z "$FRAMES_BIND" ]; then
+  FRAMES_BIND=127.0.0.1:$(free_port)
+  while [ "$FRAMES_BIND" = "$HTTP_BIND" ]; do FRAMES_BIND=127.0.0.1:$(free_port); done
+fi
 config=(--http "$HTTP_BIND" --frames "$FRAMES_BIND" --stats-socket "$DIR/haproxy.sock" -o "$DIR/haproxy.cfg")
 for name in "${names[@]}"; do
   read -r http frames <<<"${ARGS[$name]}"
