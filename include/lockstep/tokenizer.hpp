@@ -31,6 +31,10 @@ class Tokenizer {
   int32_t eos() const;  // -1: none
   int32_t unk() const;  // -1: none
   int32_t size() const;
+  const char* type() const { return "sentencepiece"; }
+  // The file it was read from (for_model: the name in the model directory) and its SHA-256.
+  const std::string& file() const;
+  const std::string& sha256() const;
 
   struct Piece {
     std::string text;

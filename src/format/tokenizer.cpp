@@ -17,6 +17,7 @@ namespace lockstep {
 
 struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
+  std::string file, sha256;
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -27,6 +28,8 @@ std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) {
   const std::string bytes = format::read_text_file(path, size_t{256} << 20);
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  impl->file = path;
+  impl->sha256 = sha256_hex(bytes.data(), bytes.size());
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -55,6 +58,8 @@ std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
   auto impl = std::make_unique<Impl>();
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  impl->file = file;
+  impl->sha256 = digest;
   // Every id the model can give must have a piece, and every piece an id.
   const nlohmann::json* vocab = j.contains("config") && j["config"].is_object() && j["config"].contains("vocab_size")
                                     ? &j["config"]["vocab_size"]
@@ -90,6 +95,8 @@ int32_t Tokenizer::bos() const { return impl_->sp.bos_id(); }
 int32_t Tokenizer::eos() const { return impl_->sp.eos_id(); }
 int32_t Tokenizer::unk() const { return impl_->sp.unk_id(); }
 int32_t Tokenizer::size() const { return impl_->sp.GetPieceSize(); }
+const std::string& Tokenizer::file() const { return impl_->file; }
+const std::string& Tokenizer::sha256() const { return impl_->sha256; }
 
 Tokenizer::Piece Tokenizer::piece(int32_t id) const {
   Piece p;
