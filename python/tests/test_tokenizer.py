@@ -106,6 +106,19 @@ def test_changed_tokenizer_and_mismatched_vocabulary_are_refused(spm, imported, 
     assert not os.path.exists(tmp_path / "x")
 
 
+def test_a_tokenizer_must_hold_the_models_vocabulary(extension, imported, tmp_path):
+    """Tokenizer.for_model (as every front end reads it) refuses a tokenizer whose piece count is
+    not the model's vocab_size, so no generated id lacks a piece."""
+    other = str(tmp_path / "other")
+    shutil.copytree(imported, other)
+    meta = json.load(open(os.path.join(other, "model.json")))
+    meta["config"]["vocab_size"] = VOCAB + 2
+    with open(os.path.join(other, "model.json"), "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(Exception, match="the tokenizer holds 50 pieces but the model's vocab_size is 52"):
+        extension.Tokenizer.for_model(other)
+
+
 def test_gguf_carries_the_sentencepiece_vocabulary(spm, imported, tmp_path):
     out = str(tmp_path / "m.gguf")
     done = run("export-gguf", imported, "-o", out)

@@ -140,6 +140,13 @@ def test_stop_strings_on_the_decoded_text(tok_server, tok_model):
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_n_choices_use_seed_plus_i(tok_server, tok_model):
+    status, a = tok_server.post("/v1/completions", dict(prompt="a stitch", max_tokens=10, temperature=1.0, seed=50, n=2))
+    assert status == 200 and [c["seed"] for c in a["choices"]] == [50, 51]
+    for i, c in enumerate(a["choices"]):
+        assert c["text"] == generate_text(tok_model, "a stitch", 10, "1", 50 + i)
+
+
 def test_logprobs_chat_and_models(tok_server, tok_model):
     status, a = tok_server.post("/v1/completions", dict(prompt="the lazy fox", max_tokens=8, temperature=0, seed=0,
                                                         logprobs=2, echo=True))
