@@ -109,9 +109,10 @@ const ServerOptions& checked(const ServerOptions& o) {
   return o;
 }
 
-// The model's tokenizer for the HTTP API's text (null: none, or no HTTP); a broken one refuses the start.
+// The model's tokenizer for the HTTP API's text (null: none, no HTTP, or a model built in
+// memory, which has no directory); a broken one refuses the start.
 std::shared_ptr<const Tokenizer> http_tokenizer(const Model& model, const ServerOptions& o) {
-  if (o.http.empty()) return nullptr;
+  if (o.http.empty() || model.source().directory.empty()) return nullptr;
   return Tokenizer::for_model(model.source().directory);
 }
 

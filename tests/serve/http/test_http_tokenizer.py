@@ -199,3 +199,16 @@ def test_a_model_without_a_tokenizer_takes_token_ids_only(ids_server):
     assert events[-1]["choices"][0]["sha256"] == c["sha256"]
     status, _, body = server.request("GET", "/v1/models")
     assert json.loads(body)["data"][0]["tokenizer"] == "none"
+
+
+def test_a_changed_tokenizer_refuses_the_start(tok_model, tmp_path):
+    copy = tmp_path / "m"
+    shutil.copytree(tok_model, copy)
+    with open(copy / "tokenizer.model", "ab") as f:
+        f.write(b"\0")
+    s = Server(str(copy), ["--http", "127.0.0.1:0"], tmp_path)
+    try:
+        assert s.proc.wait(20) != 0 and s.port is None
+        assert "tokenizer.model: SHA-256 is" in s.err()
+    finally:
+        s.stop()
