@@ -192,14 +192,15 @@ void HttpSession::completion(bool chat) {
     job->max_tokens = r.max_tokens;
     // With a tokenizer the text is decoded on the runner, as each token comes, so that a stop
     // string ends the generation at that very token (as `generate --stop`); the runner calls a
-    // job's callbacks one at a time, so the stream needs no lock.
+    // job's callbacks one at a time, so the stream needs no lock. The callbacks hold the tokenizer
+    // the stream reads: the engine may call them (abort) after the server's context is gone.
     std::shared_ptr<TextStream> text;
     if (context_.tokenizer) text = std::make_shared<TextStream>(*context_.tokenizer, r.prompt, r.stop);
     else job->stops = r.stop;
     const int32_t top = r.logprobs;
     const uint64_t seq = request_seq_;
-    job->on_token = [self = shared_from_this(), i, top, seq, text, raw = job.get()](int32_t token,
-                                                                                   std::span<const float> logits) {
+    job->on_token = [self = shared_from_this(), i, top, seq, text, tokenizer = context_.tokenizer,
+                     raw = job.get()](int32_t token, std::span<const float> logits) {
       std::optional<TokenLogprobs> lp;
       if (top >= 0) lp = token_logprobs(logits, token, top);
       std::string settled;
@@ -214,7 +215,8 @@ void HttpSession::completion(bool chat) {
         if (seq == self->request_seq_) self->on_token(i, token, lp, settled);
       });
     };
-    job->on_done = [self = shared_from_this(), i, seq, text](Finish f, const std::string& error) {
+    job->on_done = [self = shared_from_this(), i, seq, text, tokenizer = context_.tokenizer](Finish f,
+                                                                                            const std::string& error) {
       std::string settled;
       if (text) {
         try {
