@@ -15,8 +15,8 @@ namespace lockstep {
 class Tokenizer {
  public:
   // The tokenizer of the model at `model_path` (as Model::load resolves it), or null when its
-  // model.json names none. Refuses (Error naming the file) one that is missing, changed (SHA-256)
-  // or unreadable.
+  // model.json names none. Refuses (Error naming the file) one that is missing, changed (SHA-256),
+  // unreadable, or whose piece count is not the model's vocab_size.
   static std::unique_ptr<Tokenizer> for_model(std::string_view model_path);
   // A SentencePiece model file.
   static std::unique_ptr<Tokenizer> sentencepiece(const std::string& path);
@@ -31,6 +31,10 @@ class Tokenizer {
   int32_t eos() const;  // -1: none
   int32_t unk() const;  // -1: none
   int32_t size() const;
+  const char* type() const { return "sentencepiece"; }
+  // The file it was read from (for_model: the name in the model directory) and its SHA-256.
+  const std::string& file() const;
+  const std::string& sha256() const;
 
   struct Piece {
     std::string text;
@@ -38,12 +42,55 @@ class Tokenizer {
     int32_t type = 1;  // llama.cpp's token types: 1 normal, 2 unknown, 3 control, 6 byte
   };
   Piece piece(int32_t id) const;
+  // How a single token shows on its own (the HTTP API's logprobs): a normal piece with its
+  // spaces (U+2581) as ' ', a byte piece as "bytes:\xNN", a control or unknown piece as itself.
+  std::string token_text(int32_t id) const;
 
   struct Impl;
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// The text of a generation as it comes, through a tokenizer, given out only once no later token
+// can change it. A token's text depends on what precedes it (SentencePiece drops the leading
+// space of the text's first piece only; byte pieces join into one UTF-8 character across
+// tokens), so the text is that of the prompt and generated ids decoded together: each push
+// decodes a window of the latest ids (from a point where the text before it is settled, so the
+// window's decoding continues the whole one's) and gives out its new text less any trailing
+// U+FFFD, which a later byte piece may still turn into a character. Every front end (`lockstep
+// generate`, the HTTP API, Python's generate()) gives this text, so they agree; its pieces joined
+// are the generated text, whatever the tokens.
+class TextStream {
+ public:
+  // `prompt`: the ids before the generated ones. `stops`: the generated text ends right after
+  // the first of these to end in it (it keeps the stop string, as `generate --stop` does).
+  TextStream(const Tokenizer& tokenizer, std::span<const int32_t> prompt, std::vector<std::string> stops = {});
+  // The prompt's text, less a trailing unfinished character (which comes with the generated text).
+  const std::string& prompt_text() const { return prompt_text_; }
+  // A generated token: the text it settles (possibly empty); nothing once stopped().
+  std::string push(int32_t token);
+  // The end: the text still held back (an unfinished character, as U+FFFD); nothing if stopped().
+  std::string finish();
+  // A stop string ended the text.
+  bool stopped() const { return stopped_; }
+  // The generated text given out so far.
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string settle(bool final);
+  std::string stop_cut(std::string out);
+
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> ids_;
+  std::vector<std::string> stops_;
+  size_t start_ = 0;    // the window: ids_[start_:]
+  size_t read_ = 0;     // ids_[start_:read_] decode to before_, all of it given out (or the prompt's)
+  std::string before_;  // ids_[start_:] decode to before_ + the text of ids_[read_:]
+  size_t given_ = 0;    // how much of the text of ids_[read_:] is given out
+  std::string prompt_text_, text_;
+  bool stopped_ = false;
 };
 
 }  // namespace lockstep

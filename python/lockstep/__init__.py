@@ -15,7 +15,9 @@ The classes that run and train a model in this process come from the compiled mo
   ``save_checkpoint`` write its state for the command's readers.
 - ``lockstep.lowbit``: q8-packed matrices (pack, read, expand exactly); import it explicitly.
 
-``lockstep.client`` talks to ``lockstep serve`` over its Unix socket (docs/PROTOCOL.md). This
+``lockstep.client`` talks to ``lockstep serve`` over its Unix socket (docs/PROTOCOL.md), and
+``lockstep.http_client`` to its HTTP API, retrying and resuming streams exactly across a
+replica's death (docs/SCALING.md). This
 package imports with the standard library alone; where the compiled module is not built (or not
 on the path) the classes above are absent and the client still works.
 """
@@ -27,10 +29,10 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
-from . import client  # noqa: E402  (standard library only)
+from . import client, http_client  # noqa: E402  (standard library only)
 from .client import Client, ProtocolError, ServerError, ServerRefused, connect  # noqa: E402
 
-__all__ = ["client", "Client", "ProtocolError", "ServerError", "ServerRefused", "connect"]
+__all__ = ["client", "http_client", "Client", "ProtocolError", "ServerError", "ServerRefused", "connect"]
 
 try:
     from ._lockstep import (  # noqa: E402
@@ -39,6 +41,7 @@ try:
         LanguageModelInference,
         PROFILE,
         Session,
+        TextStream,
         Tokenizer,
         default_thread_count,
         export_gguf,
@@ -55,6 +58,7 @@ else:
         "LanguageModelInference",
         "PROFILE",
         "Session",
+        "TextStream",
         "Tokenizer",
         "default_thread_count",
         "export_gguf",

@@ -14,14 +14,6 @@
 namespace lockstep::python {
 namespace {
 
-// Decoded text as str; a sequence that ends inside a UTF-8 character gives U+FFFD there rather
-// than an exception.
-py::str utf8(const std::string& text) {
-  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
-  if (!s) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(s);
-}
-
 std::vector<int32_t> ints_from(py::handle obj, const char* name) {
   std::vector<int32_t> out;
   for (py::handle item : py::iter(obj)) {
@@ -39,6 +31,12 @@ std::vector<int32_t> ints_from(py::handle obj, const char* name) {
 bool is_text(py::handle obj) { return py::isinstance<py::bytes>(obj) || py::isinstance<py::str>(obj); }
 
 }  // namespace
+
+py::str decoded_str(const std::string& text) {
+  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
 
 std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokenizer* tokenizer, int32_t vocab,
                                  bool at_start) {
@@ -64,21 +62,54 @@ std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokeniz
 py::object generated_result(const Tokenizer* tokenizer, int32_t vocab, const std::vector<int32_t>& prompt,
                             const std::vector<int32_t>& generated) {
   if (tokenizer) {
-    // As `lockstep generate` prints it: the decoding of prompt and generated tokens together
-    // (SentencePiece drops a leading piece's space, so the tokens alone may decode differently),
-    // less the prompt's own decoding.
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), generated.begin(), generated.end());
-    const std::string head = tokenizer->decode(prompt);
-    const std::string full = tokenizer->decode(all);
-    if (full.compare(0, head.size(), head) == 0) return utf8(full.substr(head.size()));
-    return utf8(tokenizer->decode(generated));
+    // As `lockstep generate` prints it (TextStream): the decoding of prompt and generated tokens
+    // together (SentencePiece drops a leading piece's space, so the tokens alone may decode
+    // differently), less the prompt's own text.
+    TextStream text(*tokenizer, prompt);
+    for (int32_t id : generated) text.push(id);
+    text.finish();
+    return decoded_str(text.text());
   }
   if (vocab == 256) return py::bytes(std::string(generated.begin(), generated.end()));
   return py::cast(generated);
 }
 
+namespace {
+
+// lockstep.TextStream: a TextStream and the tokenizer it reads.
+struct PyTextStream {
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TextStream> stream;
+};
+
+}  // namespace
+
 void bind_tokenizer(py::module_& m) {
+  py::class_<PyTextStream>(m, "TextStream", R"doc(
+A generation's text as it settles (Tokenizer.stream): the prompt's and generated ids decoded
+together, each push giving only text no later token can change (an unfinished character waits),
+exactly as `lockstep generate` and the HTTP API print it.
+)doc")
+      .def_property_readonly("prompt_text", [](const PyTextStream& self) { return decoded_str(self.stream->prompt_text()); },
+                             "The prompt's text (less a trailing unfinished character, which comes with the generated text).")
+      .def(
+          "push", [](PyTextStream& self, IntArg token) {
+            bool overflow = false;
+            const std::optional<long long> v = index_value(token, overflow);
+            if (!v) throw py::type_error("token must be an int; got a " + type_name(token));
+            if (overflow || *v < 0 || *v >= self.tokenizer->size())
+              throw py::value_error("token: " + py::str(token).cast<std::string>() + " is not an id of the tokenizer (0 to " +
+                                    std::to_string(self.tokenizer->size() - 1) + ")");
+            return decoded_str(self.stream->push(static_cast<int32_t>(*v)));
+          },
+          py::arg("token"), "Appends a generated token; returns the text it settles (possibly empty).")
+      .def("finish", [](PyTextStream& self) { return decoded_str(self.stream->finish()); },
+           "The end: the text still held back (an unfinished character as U+FFFD).")
+      .def_property_readonly("stopped", [](const PyTextStream& self) { return self.stream->stopped(); },
+                             "Whether a stop string ended the text (push gives nothing more).")
+      .def_property_readonly("text", [](const PyTextStream& self) { return decoded_str(self.stream->text()); },
+                             "The generated text given out so far.");
+
   py::class_<Tokenizer, std::shared_ptr<Tokenizer>>(m, "Tokenizer", R"doc(
 A model's tokenizer (a SentencePiece model named in model.json's `tokenizer`), as
 LanguageModelInference.tokenizer gives it: text <-> token ids, exactly as `lockstep generate`
@@ -101,7 +132,7 @@ and the model's generate() use it.
               if (v[i] < 0 || v[i] >= self.size())
                 throw py::value_error("ids: entry " + std::to_string(i) + " is " + std::to_string(v[i]) +
                                       "; the tokenizer holds ids 0 to " + std::to_string(self.size() - 1));
-            return utf8(self.decode(v));
+            return decoded_str(self.decode(v));
           },
           py::arg("ids"), "The text of `ids` (str; a character the ids leave unfinished is U+FFFD).")
       .def_property_readonly(
@@ -113,6 +144,35 @@ and the model's generate() use it.
       .def_property_readonly(
           "unk", [](const Tokenizer& self) { return self.unk() < 0 ? py::object(py::none()) : py::int_(self.unk()); },
           "The unknown-piece id (None: none).")
+      .def_static(
+          "for_model",
+          [](PathArg path) -> py::object {
+            const std::string where = py::module_::import("os").attr("fsdecode")(path).cast<std::string>();
+            std::shared_ptr<Tokenizer> t = Tokenizer::for_model(where);
+            return t ? py::cast(std::move(t)) : py::object(py::none());
+          },
+          py::arg("path"),
+          "The tokenizer a model directory's model.json names (None when it names none), without loading the model.")
+      .def(
+          "stream",
+          [](const std::shared_ptr<Tokenizer>& self, TokensArg prompt, StopArg stop) {
+            if (is_text(prompt) || (!py::isinstance<py::sequence>(prompt) && !py::hasattr(prompt, "__array__")))
+              throw py::type_error("prompt must be a sequence of ids; got " + type_name(prompt));
+            const std::vector<int32_t> ids = ints_from(prompt, "prompt");
+            for (size_t i = 0; i < ids.size(); ++i)
+              if (ids[i] < 0 || ids[i] >= self->size())
+                throw py::value_error("prompt: entry " + std::to_string(i) + " is " + std::to_string(ids[i]) +
+                                      "; the tokenizer holds ids 0 to " + std::to_string(self->size() - 1));
+            std::vector<std::string> stops;
+            if (!stop.is_none()) {
+              if (!is_text(stop)) throw py::type_error("stop must be bytes, str or None");
+              if (const std::string text = stop.cast<std::string>(); !text.empty()) stops.push_back(text);
+            }
+            return PyTextStream{self, std::make_unique<TextStream>(*self, ids, stops)};
+          },
+          py::arg("prompt"), py::arg("stop") = py::none(),
+          "A TextStream after the prompt's ids: push each generated id, then finish(); `stop` ends the "
+          "text right after the stop string (LanguageModelInference.generate's text).")
       .def("__len__", &Tokenizer::size, "How many ids it holds.")
       .def("__repr__",
            [](const Tokenizer& self) { return "<lockstep.Tokenizer: " + std::to_string(self.size()) + " pieces>"; });

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lockstep/tokenizer.hpp"
@@ -27,6 +28,9 @@ std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokeniz
 // both adds to the prompt's (str), bytes for a byte model, else the ids (list[int]).
 py::object generated_result(const Tokenizer* tokenizer, int32_t vocab, const std::vector<int32_t>& prompt,
                             const std::vector<int32_t>& generated);
+
+// Decoded text as str (a sequence ending inside a UTF-8 character gives U+FFFD there).
+py::str decoded_str(const std::string& text);
 
 // lockstep.Tokenizer.
 void bind_tokenizer(py::module_& m);

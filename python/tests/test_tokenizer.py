@@ -67,7 +67,10 @@ def test_import_copies_and_names_the_tokenizer(spm, imported):
     meta = json.load(open(os.path.join(imported, "model.json")))
     assert meta["tokenizer"] == {"type": "sentencepiece", "file": "tokenizer.model",
                                  "sha256": hashlib.sha256(raw).hexdigest()}
-    assert run("inspect", imported).returncode == 0  # still a model lockstep loads
+    done = run("inspect", imported)  # still a model lockstep loads, and it shows the tokenizer
+    assert done.returncode == 0
+    assert (f"tokenizer  sentencepiece tokenizer.model, {VOCAB} pieces, sha256 "
+            f"{hashlib.sha256(raw).hexdigest()}\n").encode() in done.stdout
 
 
 def test_generate_round_trips_text(spm, imported):
@@ -101,6 +104,19 @@ def test_changed_tokenizer_and_mismatched_vocabulary_are_refused(spm, imported, 
     done = run("import", "hf", hf, "-o", str(tmp_path / "x"))
     assert done.returncode != 0 and b"holds 50 pieces but config.json's vocab_size is 52" in done.stderr
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_a_tokenizer_must_hold_the_models_vocabulary(extension, imported, tmp_path):
+    """Tokenizer.for_model (as every front end reads it) refuses a tokenizer whose piece count is
+    not the model's vocab_size, so no generated id lacks a piece."""
+    other = str(tmp_path / "other")
+    shutil.copytree(imported, other)
+    meta = json.load(open(os.path.join(other, "model.json")))
+    meta["config"]["vocab_size"] = VOCAB + 2
+    with open(os.path.join(other, "model.json"), "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(Exception, match="the tokenizer holds 50 pieces but the model's vocab_size is 52"):
+        extension.Tokenizer.for_model(other)
 
 
 def test_gguf_carries_the_sentencepiece_vocabulary(spm, imported, tmp_path):
@@ -145,8 +161,23 @@ def test_python_generate_gives_the_cli_text(extension, spm, imported):
         assert tok.decode([1] + tok.encode(prompt) + seen) == prompt + text
         assert lm.generate([1] + tok.encode(prompt), 12, temperature=float(temperature), seed=seed) == text
         assert lm.generate(prompt.encode(), 12, temperature=float(temperature), seed=seed) == text
-    with pytest.raises(ValueError, match="stop is not supported with a tokenizer"):
-        lm.generate(prompt, 4, stop="x")
+    # stop= compares the decoded text, as `generate --stop`: it ends right after the stop string.
+    full = lm.generate(prompt, 12, temperature=0.9, seed=7)
+    stop = full[3:5]
+    done = run("generate", imported, "--prompt", prompt, "-n", "12", "--temperature", "0.9", "--seed", "7",
+               "--stop", stop)
+    assert done.returncode == 0, done.stderr.decode()
+    stopped = lm.generate(prompt, 12, temperature=0.9, seed=7, stop=stop)
+    assert done.stdout.decode() == prompt + stopped + "\n"
+    assert stopped == full[:full.find(stop) + len(stop)] and len(stopped) < len(full)
+    # The same text through lockstep.TextStream, one id at a time.
+    seen = []
+    lm.generate(prompt, 12, temperature=0.9, seed=7, on_token=seen.append)
+    stream = tok.stream([1] + tok.encode(prompt), stop=stop)
+    assert isinstance(stream, extension.TextStream) and stream.prompt_text == prompt
+    pieces = [stream.push(t) for t in seen if not stream.stopped]
+    assert "".join(pieces) + stream.finish() == stopped == stream.text and stream.stopped
+    assert extension.Tokenizer.for_model(imported).encode(prompt) == tok.encode(prompt)
     with pytest.raises(ValueError, match="the tokenizer holds ids 0 to 49"):
         tok.decode([VOCAB])
     with pytest.raises(TypeError):
@@ -174,7 +205,8 @@ def test_python_refuses_text_without_a_tokenizer(extension, tmp_path):
     out = str(tmp_path / "m")
     assert run("import", "hf", hf, "-o", out).returncode == 0
     lm = extension.LanguageModelInference.from_checkpoint(out)
-    assert lm.tokenizer is None
+    assert lm.tokenizer is None and extension.Tokenizer.for_model(out) is None
+    assert b"tokenizer  none: token ids only" in run("inspect", out).stdout
     got = lm.generate([3, 14, 15], 6)
     done = run("generate", out, "--prompt-ids", "3,14,15", "-n", "6", "--temperature", "0")
     assert done.returncode == 0 and [3, 14, 15] + got == [int(t) for t in done.stdout.decode().split(",")]
@@ -185,3 +217,32 @@ def test_python_refuses_text_without_a_tokenizer(extension, tmp_path):
             lm.session().append(text)
     with pytest.raises(ValueError, match="no tokenizer"):
         lm.generate([3], 4, stop="x")
+
+
+def test_sample_py_samples_through_the_tokenizer(extension, imported, tmp_path):
+    """examples/sample.py over a served socket: with --model, the text through the model's
+    tokenizer equals `lockstep generate`'s (with --stop too); without, a clear refusal."""
+    import signal
+    import sys
+    sock = str(tmp_path / "s.sock")
+    proc = subprocess.Popen([BINARY, "serve", imported, "--socket", sock, "--at", "--output", "logits"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("serving "), proc.stderr.read()
+        sample = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sample.py")
+
+        def sample_py(*args):
+            return subprocess.run([sys.executable, sample, "--socket", sock, *args], capture_output=True, timeout=60)
+
+        for extra in ([], ["--stop", "e"]):
+            args = ["--prompt", "the lazy fox", "--temperature", "0.9", "--top-k", "0", "--seed", "3"]
+            done = sample_py(*args, "--tokens", "20", "--model", imported, *extra)
+            assert done.returncode == 0, done.stderr.decode()
+            want = run("generate", imported, "--prompt", "the lazy fox", "-n", "20", "--temperature", "0.9",
+                       "--seed", "3", *extra)
+            assert done.stdout == want.stdout
+        refused = sample_py("--prompt", "x", "--tokens", "2")
+        assert refused.returncode != 0 and b"give --model" in refused.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)

@@ -72,7 +72,7 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("--top-k", f->top_k, "sample among the k most likely bytes (0: all)")->capture_default_str();
   cmd->add_option("--top-p", f->top_p, "sample among the most likely bytes holding this mass (1: all)")->type_name("FLOAT")->capture_default_str();
   cmd->add_option("--seed", f->seed, "sampling seed: the same seed gives the same text")->capture_default_str();
-  cmd->add_option("--stop", f->stop, "stop once the generated text ends with this");
+  cmd->add_option("--stop", f->stop, "stop once the generated text ends with this (a tokenizer's text: right after it)");
   cmd->add_flag("--no-truncate", f->no_truncate, "refuse a prompt longer than the window instead of keeping its end");
   cmd->footer(
       "Past the window (W bytes, the model's length) generation goes on: when the context is full, it\n"
@@ -81,9 +81,10 @@ Run add_generate(CLI::App& app) {
       "than the window keeps its last W bytes (a notice says so on stderr), or is refused with\n"
       "--no-truncate. docs/ARITHMETIC.md, \"Generation past the window\".\n"
       "A model with a tokenizer (model.json's `tokenizer`, a SentencePiece model) takes and prints text\n"
-      "through it (BOS, then the prompt's pieces). A model whose vocabulary is not the 256 bytes and has\n"
-      "no tokenizer takes --prompt-ids and prints token ids (the prompt's, then each generated one),\n"
-      "comma-separated.");
+      "through it (BOS, then the prompt's pieces); --stop ends the text right after the stop string, which\n"
+      "may come inside a token's text (the rest of that token is not printed). A model whose vocabulary\n"
+      "is not the 256 bytes and has no tokenizer takes --prompt-ids and prints token ids (the prompt's,\n"
+      "then each generated one), comma-separated.");
   return [f, text, ids] {
     if (text->count() == 0 && ids->count() == 0)
       throw Error(ErrorKind::invalid_argument, "give the prompt as --prompt TEXT or --prompt-ids ID,ID,...");
@@ -94,14 +95,13 @@ Run add_generate(CLI::App& app) {
     if (!bytes && !tokenizer && ids->count() == 0)
       throw Error(ErrorKind::unsupported, "this model's vocabulary has " + std::to_string(vocab) +
                                               " ids and no tokenizer, so it takes no text: give the prompt as --prompt-ids");
-    if (!bytes && !f->stop.empty())
-      throw Error(ErrorKind::unsupported, tokenizer ? "--stop is not supported with a tokenizer yet"
-                                                    : "--stop compares text; this model has no tokenizer (vocabulary of " +
-                                                          std::to_string(vocab) + " ids)");
+    if (!bytes && !tokenizer && !f->stop.empty())
+      throw Error(ErrorKind::unsupported, "--stop compares text; this model has no tokenizer (vocabulary of " +
+                                              std::to_string(vocab) + " ids)");
     GenerateOptions g;
     g.sampling = {f32_from_text(f->temperature, "--temperature"), f->top_k, f32_from_text(f->top_p, "--top-p"), f->seed};
     g.max_tokens = f->tokens;
-    g.stop = f->stop;
+    if (bytes) g.stop = f->stop;  // with a tokenizer the decoded text is compared (TextStream)
     g.truncate_prompt = !f->no_truncate;
     std::vector<int32_t> prompt;
     if (ids->count() > 0) {
@@ -121,21 +121,23 @@ Run add_generate(CLI::App& app) {
                    prompt.size(), bytes ? "bytes" : "tokens", model->config().length, bytes ? "byte" : "token",
                    model->config().length);
     if (tokenizer) {
-      // Text through the tokenizer: the decoded prompt, then, as each token comes, whatever the
-      // decoding of everything so far adds (a piece may complete a character only later).
-      std::vector<int32_t> all = prompt;
-      std::string printed = tokenizer->decode(all);
-      std::fputs(printed.c_str(), stdout);
-      std::fflush(stdout);
-      while (const std::optional<int32_t> token = generator.next()) {
-        all.push_back(*token);
-        const std::string text = tokenizer->decode(all);
-        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-          std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
-          std::fflush(stdout);
-          printed = text;
-        }
+      // Text through the tokenizer: the prompt's, then what each token settles (a piece may
+      // complete a character only later), as the HTTP API gives it; --stop ends the text right
+      // after the stop string, even inside a token's text.
+      std::vector<std::string> stops;
+      if (!f->stop.empty()) stops.push_back(f->stop);
+      TextStream stream(*tokenizer, prompt, stops);
+      auto print = [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      };
+      print(stream.prompt_text());
+      while (!stream.stopped()) {
+        const std::optional<int32_t> token = generator.next();
+        if (!token) break;
+        print(stream.push(*token));
       }
+      print(stream.finish());
       std::fputc('\n', stdout);
       return 0;
     }

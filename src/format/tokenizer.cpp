@@ -3,6 +3,9 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "core/sha256.hpp"
@@ -14,6 +17,7 @@ namespace lockstep {
 
 struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
+  std::string file, sha256;
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -24,6 +28,8 @@ std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) {
   const std::string bytes = format::read_text_file(path, size_t{256} << 20);
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  impl->file = path;
+  impl->sha256 = sha256_hex(bytes.data(), bytes.size());
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -52,6 +58,15 @@ std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
   auto impl = std::make_unique<Impl>();
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  impl->file = file;
+  impl->sha256 = digest;
+  // Every id the model can give must have a piece, and every piece an id.
+  const nlohmann::json* vocab = j.contains("config") && j["config"].is_object() && j["config"].contains("vocab_size")
+                                    ? &j["config"]["vocab_size"]
+                                    : nullptr;
+  if (vocab && vocab->is_number_integer() && vocab->get<int64_t>() != impl->sp.GetPieceSize())
+    throw Error(ErrorKind::format, path + ": the tokenizer holds " + std::to_string(impl->sp.GetPieceSize()) +
+                                       " pieces but the model's vocab_size is " + std::to_string(vocab->get<int64_t>()));
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -80,6 +95,8 @@ int32_t Tokenizer::bos() const { return impl_->sp.bos_id(); }
 int32_t Tokenizer::eos() const { return impl_->sp.eos_id(); }
 int32_t Tokenizer::unk() const { return impl_->sp.unk_id(); }
 int32_t Tokenizer::size() const { return impl_->sp.GetPieceSize(); }
+const std::string& Tokenizer::file() const { return impl_->file; }
+const std::string& Tokenizer::sha256() const { return impl_->sha256; }
 
 Tokenizer::Piece Tokenizer::piece(int32_t id) const {
   Piece p;
@@ -87,6 +104,98 @@ Tokenizer::Piece Tokenizer::piece(int32_t id) const {
   p.score = impl_->sp.GetScore(id);
   p.type = impl_->sp.IsUnknown(id) ? 2 : impl_->sp.IsControl(id) ? 3 : impl_->sp.IsByte(id) ? 6 : impl_->sp.IsUnused(id) ? 5 : 1;
   return p;
+}
+
+std::string Tokenizer::token_text(int32_t id) const {
+  if (id < 0 || id >= impl_->sp.GetPieceSize()) return std::string("<").append(std::to_string(id)).append(">");
+  std::string text = impl_->sp.IdToPiece(id);
+  if (impl_->sp.IsByte(id)) {  // "<0xE3>" -> "bytes:\xe3", as a byte model's token shows
+    std::string hex = text.size() == 6 ? text.substr(3, 2) : text;
+    for (char& c : hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return std::string("bytes:\\x").append(hex);
+  }
+  if (impl_->sp.IsControl(id) || impl_->sp.IsUnknown(id)) return text;
+  const std::string_view space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    if (text.compare(at, space.size(), space) == 0) {
+      out += ' ';
+      at += space.size();
+    } else {
+      out += text[at++];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+constexpr std::string_view replacement = "\xEF\xBF\xBD";  // U+FFFD
+
+}  // namespace
+
+TextStream::TextStream(const Tokenizer& tokenizer, std::span<const int32_t> prompt, std::vector<std::string> stops)
+    : tokenizer_(tokenizer), ids_(prompt.begin(), prompt.end()), stops_(std::move(stops)) {
+  for (const std::string& s : stops_)
+    if (s.empty()) throw Error(ErrorKind::invalid_argument, "a stop string must not be empty");
+  prompt_text_ = settle(false);
+}
+
+std::string TextStream::settle(bool final) {
+  const std::string now = tokenizer_.decode(std::span<const int32_t>(ids_).subspan(start_));
+  // Text already given out changed (not seen with SentencePiece's decoding): wait for more.
+  if (now.compare(0, before_.size(), before_) != 0) return {};
+  const std::string_view tail = std::string_view(now).substr(before_.size());
+  size_t settled = tail.size();
+  if (!final)
+    while (settled >= replacement.size() && tail.substr(settled - replacement.size(), replacement.size()) == replacement)
+      settled -= replacement.size();
+  if (settled <= given_) return {};
+  std::string out(tail.substr(given_, settled - given_));
+  given_ = settled;
+  if (settled == tail.size()) {
+    // All given out: the next window starts at read_, unless its ids alone decode to nothing (then
+    // the first piece after them would lose its leading space), when it keeps its start.
+    std::string from_read = tokenizer_.decode(std::span<const int32_t>(ids_).subspan(read_));
+    if (!from_read.empty()) {
+      start_ = read_;
+      before_ = std::move(from_read);
+    } else {
+      before_ = now;
+    }
+    read_ = ids_.size();
+    given_ = 0;
+  }
+  return out;
+}
+
+std::string TextStream::stop_cut(std::string out) {
+  const size_t old = text_.size();
+  text_ += out;
+  if (stops_.empty() || out.empty()) return out;
+  size_t end = std::string::npos;
+  for (const std::string& s : stops_) {
+    // A new match ends in the new text: it starts past old - s.size().
+    const size_t from = old >= s.size() ? old - s.size() + 1 : 0;
+    const size_t at = text_.find(s, from);
+    if (at != std::string::npos) end = std::min(end, at + s.size());
+  }
+  if (end == std::string::npos) return out;
+  stopped_ = true;
+  text_.resize(end);
+  out.resize(end - old);
+  return out;
+}
+
+std::string TextStream::push(int32_t token) {
+  if (stopped_) return {};
+  ids_.push_back(token);
+  return stop_cut(settle(false));
+}
+
+std::string TextStream::finish() {
+  if (stopped_) return {};
+  return stop_cut(settle(true));
 }
 
 }  // namespace lockstep

@@ -130,7 +130,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
     job->first = false;
     job->last_token = now;
     job->on_token(token, g.logits());
-    bool stopped = false;
+    bool stopped = job->stop_now;
     if (!job->stops.empty()) {
       job->tail.push_back(static_cast<char>(token & 0xff));
       size_t longest = 0;

@@ -37,6 +37,8 @@ struct GenerationJob {
   // On the runner thread; they must only hand the values over (post), never block or throw.
   std::function<void(int32_t token, std::span<const float> logits)> on_token;
   std::function<void(Finish, const std::string& error)> on_done;  // called exactly once
+  // Set by on_token: a stop string ended the text (a tokenizer's, which `stops` cannot see).
+  bool stop_now = false;
   std::atomic<bool> cancelled{false};  // set from any thread: leaves at the next step (abort)
 
   // The runner's own state.

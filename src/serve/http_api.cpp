@@ -40,11 +40,22 @@ bool boolean(const json& v, const std::string& field) {
   return v.get<bool>();
 }
 
-std::vector<int32_t> bytes_of(const std::string& text, const Model& model, const std::string& field) {
-  if (model.config().vocab_size != 256)
-    throw bad(field, "this model's vocabulary has " + std::to_string(model.config().vocab_size) +
-                         " ids, not bytes: give '" + field + "' as an array of token ids");
+// The ids of `text`: through the tokenizer (BOS, then the pieces), else its bytes for a byte model.
+std::vector<int32_t> ids_of(const std::string& text, const Model& model, const Tokenizer* tokenizer,
+                            const std::string& field) {
   std::vector<int32_t> out;
+  if (tokenizer) {
+    if (tokenizer->bos() >= 0) out.push_back(tokenizer->bos());
+    try {
+      for (int32_t id : tokenizer->encode(text)) out.push_back(id);
+    } catch (const std::exception& e) {
+      throw bad(field, "'" + field + "': " + e.what());
+    }
+    return out;
+  }
+  if (model.config().vocab_size != 256)
+    throw bad(field, "this model has no tokenizer and its vocabulary has " + std::to_string(model.config().vocab_size) +
+                         " ids, not bytes, so it takes no text: give '" + field + "' as an array of token ids");
   for (unsigned char c : text) out.push_back(c);
   return out;
 }
@@ -77,7 +88,7 @@ std::string chat_prompt(const json& messages) {
   return text + "assistant:";
 }
 
-CompletionRequest parse_completion(const std::string& body, const Model& model, bool chat) {
+CompletionRequest parse_completion(const std::string& body, const Model& model, const Tokenizer* tokenizer, bool chat) {
   json j;
   try {
     j = json::parse(body);
@@ -90,12 +101,12 @@ CompletionRequest parse_completion(const std::string& body, const Model& model, 
   const int32_t vocab = model.config().vocab_size;
   if (chat) {
     if (!j.contains("messages")) throw bad("messages", "'messages' is required");
-    r.prompt = bytes_of(chat_prompt(j["messages"]), model, "messages");
+    r.prompt = ids_of(chat_prompt(j["messages"]), model, tokenizer, "messages");
   } else {
     if (!j.contains("prompt")) throw bad("prompt", "'prompt' is required");
     const json& p = j["prompt"];
     if (p.is_string()) {
-      r.prompt = bytes_of(p.get<std::string>(), model, "prompt");
+      r.prompt = ids_of(p.get<std::string>(), model, tokenizer, "prompt");
     } else if (p.is_array()) {
       if (p.size() > static_cast<size_t>(max_request_tokens)) throw bad("prompt", "'prompt' has too many tokens");
       for (size_t i = 0; i < p.size(); ++i)
@@ -144,6 +155,13 @@ CompletionRequest parse_completion(const std::string& body, const Model& model, 
   } else if (has("logprobs")) {
     r.logprobs = static_cast<int32_t>(integer(j["logprobs"], "logprobs", 0, max_logprobs));
   }
+  if (!tokenizer && vocab != 256) {  // token ids only: no text to compare or echo
+    if (!r.stop.empty())
+      throw bad("stop", "'stop' compares text; this model has no tokenizer (a vocabulary of " + std::to_string(vocab) + " ids)");
+    if (r.echo)
+      throw bad("echo", "'echo' gives the prompt's text; this model has no tokenizer (a vocabulary of " +
+                            std::to_string(vocab) + " ids)");
+  }
   if (has("best_of") && !(j["best_of"].is_number_integer() && j["best_of"].get<int64_t>() == r.n))
     throw bad("best_of", "'best_of' is not supported (only equal to n)");
   try {
@@ -160,7 +178,13 @@ std::string token_text(int32_t token) {
   if (token == '\t') return "\t";
   char buf[32];
   std::snprintf(buf, sizeof buf, "bytes:\\x%02x", static_cast<unsigned>(token & 0xff));
-  return token < 256 ? std::string(buf) : "<" + std::to_string(token) + ">";
+  return token < 256 ? std::string(buf) : std::string("<").append(std::to_string(token)).append(">");
+}
+
+std::string token_text(int32_t token, const Tokenizer* tokenizer, bool bytes) {
+  if (tokenizer) return tokenizer->token_text(token);
+  if (bytes) return token_text(token);
+  return std::string("<").append(std::to_string(token)).append(">");
 }
 
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t top) {

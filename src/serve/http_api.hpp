@@ -13,6 +13,7 @@
 
 #include "lockstep/generator.hpp"
 #include "lockstep/model.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep::serve {
 
@@ -32,7 +33,7 @@ std::string error_json(const std::string& message, const std::string& type, cons
 
 struct CompletionRequest {
   bool chat = false;
-  std::vector<int32_t> prompt;  // token ids (the bytes of a string prompt)
+  std::vector<int32_t> prompt;  // token ids (a string prompt's bytes, or BOS and its pieces through the tokenizer)
   int32_t max_tokens = 16;
   SamplingOptions sampling{1.0f, 0, 1.0f, 0};  // OpenAI's defaults: temperature 1, top_p 1
   bool seed_given = false;
@@ -48,8 +49,10 @@ inline constexpr int32_t max_logprobs = 20;
 inline constexpr int32_t max_request_tokens = 1 << 20;
 
 // Throws ApiError (400 naming the field) for anything wrong. `chat`: a chat completion, whose
-// `messages` become the prompt through chat_prompt.
-CompletionRequest parse_completion(const std::string& body, const Model& model, bool chat);
+// `messages` become the prompt through chat_prompt. `tokenizer`: the model's (null: none), which
+// encodes text (BOS, then the pieces, as `lockstep generate`); a model with neither a tokenizer nor
+// the 256 bytes takes token ids only and refuses text, `stop` and `echo`.
+CompletionRequest parse_completion(const std::string& body, const Model& model, const Tokenizer* tokenizer, bool chat);
 
 // The chat template for a base byte model: each message as "<role>: <content>\n", then
 // "assistant:" — the text the model continues.
@@ -57,6 +60,9 @@ std::string chat_prompt(const nlohmann::json& messages);
 
 // A byte token as logprobs show it: the character when printable ASCII, else "bytes:\xNN".
 std::string token_text(int32_t token);
+// A token of any model as logprobs show it: a byte model's as above, else through `tokenizer`
+// (Tokenizer::token_text), else (token ids only) "<ID>".
+std::string token_text(int32_t token, const Tokenizer* tokenizer, bool bytes);
 
 // The log-probabilities (temperature 1) of `token` and of the `top` most likely tokens (ties
 // to the lower id), computed in double in index order with lockstep's own exp and log, so they

@@ -157,18 +157,22 @@ void HttpSession::route() {
               {"owned_by", "lockstep"},
               {"parameters_sha256", context_.model->parameters_sha256()},
               {"profile", context_.model->profile()},
-              {"window", context_.model->config().length}};
+              {"window", context_.model->config().length},
+              {"vocab_size", context_.model->config().vocab_size},
+              {"tokenizer", context_.tokenizer ? context_.tokenizer->type() : bytes_model() ? "bytes" : "none"}};
     return respond(200, "application/json", dump(json{{"object", "list"}, {"data", json::array({m})}}));
   }
   completion(path == "/v1/chat/completions");
 }
 
 void HttpSession::completion(bool chat) {
-  completion_ = parse_completion(request_.body(), *context_.model, chat);
+  completion_ = parse_completion(request_.body(), *context_.model, context_.tokenizer.get(), chat);
   const CompletionRequest& r = completion_;
   if (!r.seed_given) completion_.sampling.seed = random_u64();
   prompt_text_.clear();
-  for (int32_t t : r.prompt) prompt_text_.push_back(static_cast<char>(t & 0xff));
+  if (context_.tokenizer) prompt_text_ = TextStream(*context_.tokenizer, r.prompt).prompt_text();
+  else if (bytes_model())
+    for (int32_t t : r.prompt) prompt_text_.push_back(static_cast<char>(t & 0xff));
   ++request_seq_;
   error_.clear();
   choices_.clear();
@@ -188,19 +192,42 @@ void HttpSession::completion(bool chat) {
       throw ApiError(400, e.what(), chat ? "messages" : "prompt");
     }
     job->max_tokens = r.max_tokens;
-    job->stops = r.stop;
+    // With a tokenizer the text is decoded on the runner, as each token comes, so that a stop
+    // string ends the generation at that very token (as `generate --stop`); the runner calls a
+    // job's callbacks one at a time, so the stream needs no lock. The callbacks hold the tokenizer
+    // the stream reads: the engine may call them (abort) after the server's context is gone.
+    std::shared_ptr<TextStream> text;
+    if (context_.tokenizer) text = std::make_shared<TextStream>(*context_.tokenizer, r.prompt, r.stop);
+    else job->stops = r.stop;
     const int32_t top = r.logprobs;
     const uint64_t seq = request_seq_;
-    job->on_token = [self = shared_from_this(), i, top, seq](int32_t token, std::span<const float> logits) {
+    job->on_token = [self = shared_from_this(), i, top, seq, text, tokenizer = context_.tokenizer,
+                     raw = job.get()](int32_t token, std::span<const float> logits) {
       std::optional<TokenLogprobs> lp;
       if (top >= 0) lp = token_logprobs(logits, token, top);
-      asio::post(self->socket_.get_executor(), [self, i, token, lp, seq] {
-        if (seq == self->request_seq_) self->on_token(i, token, lp);
+      std::string settled;
+      if (text) {
+        try {
+          settled = text->push(token);
+        } catch (const std::exception&) {  // ids are the model's and the tokenizer holds as many
+        }
+        raw->stop_now = text->stopped();
+      }
+      asio::post(self->socket_.get_executor(), [self, i, token, lp, seq, settled = std::move(settled)] {
+        if (seq == self->request_seq_) self->on_token(i, token, lp, settled);
       });
     };
-    job->on_done = [self = shared_from_this(), i, seq](Finish f, const std::string& error) {
-      asio::post(self->socket_.get_executor(), [self, i, f, error, seq] {
-        if (seq == self->request_seq_) self->on_done(i, f, error);
+    job->on_done = [self = shared_from_this(), i, seq, text, tokenizer = context_.tokenizer](Finish f,
+                                                                                            const std::string& error) {
+      std::string settled;
+      if (text) {
+        try {
+          settled = text->finish();
+        } catch (const std::exception&) {
+        }
+      }
+      asio::post(self->socket_.get_executor(), [self, i, f, error, seq, settled = std::move(settled)] {
+        if (seq == self->request_seq_) self->on_done(i, f, error, settled);
       });
     };
     choices_[i].job = std::move(job);
@@ -231,7 +258,8 @@ void HttpSession::completion(bool chat) {
          false);
     for (size_t i = 0; i < choices_.size(); ++i) {
       if (chat) send_event(chunk_json(i, "", std::nullopt, nullptr, true));
-      else if (r.echo) send_event(chunk_json(i, choices_[i].utf8.push(prompt_text_), std::nullopt, nullptr, false));
+      else if (r.echo && bytes_model()) send_event(chunk_json(i, choices_[i].utf8.push(prompt_text_), std::nullopt, nullptr, false));
+      else if (r.echo) send_event(chunk_json(i, prompt_text_, std::nullopt, nullptr, false));
     }
   }
   watch_disconnect();
@@ -263,9 +291,19 @@ void HttpSession::send_event(const std::string& data) {
   send(hex(event.size()) + "\r\n" + event + "\r\n", false);
 }
 
-void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp) {
+void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled) {
   if (abandoned_ || closed_) return;
   Choice& c = choices_[index];
+  if (!bytes_model()) {
+    // Through the tokenizer: the text the token settled; token ids only: no text, each id.
+    c.ids.push_back(token);
+    c.offsets.push_back(c.text.size());
+    c.text += settled;
+    if (lp) c.logprobs.push_back(*lp);
+    if (completion_.stream && (!settled.empty() || lp || !context_.tokenizer))
+      send_event(chunk_json(index, settled, lp, nullptr, completion_.chat));
+    return;
+  }
   const char byte = static_cast<char>(token & 0xff);
   c.bytes.push_back(byte);
   if (lp) c.logprobs.push_back(*lp);
@@ -275,7 +313,16 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
   }
 }
 
-void HttpSession::on_done(size_t index, Finish finish, const std::string& error) {
+std::string HttpSession::choice_sha256(const Choice& c) const {
+  if (bytes_model()) return sha256_hex(c.bytes.data(), c.bytes.size());
+  if (context_.tokenizer) return sha256_hex(c.text.data(), c.text.size());
+  std::string le;  // token ids only: the ids as little-endian int32
+  for (int32_t id : c.ids)
+    for (int k = 0; k < 4; ++k) le.push_back(static_cast<char>((static_cast<uint32_t>(id) >> (8 * k)) & 0xff));
+  return sha256_hex(le.data(), le.size());
+}
+
+void HttpSession::on_done(size_t index, Finish finish, const std::string& error, const std::string& settled) {
   ++finished_;
   // The job's callbacks hold this session; dropping it here breaks that cycle, else every
   // finished generation kept its connection's session (and its own keys and values) forever.
@@ -287,47 +334,70 @@ void HttpSession::on_done(size_t index, Finish finish, const std::string& error)
   Choice& c = choices_[index];
   c.finish = finish;
   if (finish == Finish::error) error_ = error;
+  c.text += settled;
   if (completion_.stream)
-    send_event(chunk_json(index, c.utf8.finish(), std::nullopt, finish_name(finish), completion_.chat));
+    send_event(chunk_json(index, bytes_model() ? c.utf8.finish() : settled, std::nullopt, finish_name(finish),
+                          completion_.chat));
   if (finished_ == choices_.size()) finish_completion();
 }
 
-json HttpSession::logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset) const {
+json HttpSession::logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset,
+                                const std::vector<size_t>* token_offsets) const {
+  const Tokenizer* tokenizer = context_.tokenizer.get();
+  const bool bytes = bytes_model();
+  auto text_of = [&](int32_t id) { return token_text(id, tokenizer, bytes); };
+  // OpenAI's `bytes`: the token's own bytes (a byte model's byte; a tokenizer piece's UTF-8).
+  auto bytes_of = [&](int32_t id) {
+    if (bytes) return json{id};
+    if (!tokenizer) return json(nullptr);
+    const std::string t = tokenizer->token_text(id);
+    if (t.rfind("bytes:\\x", 0) == 0 && t.size() == 10) return json{std::stoi(t.substr(8), nullptr, 16)};
+    json out = json::array();
+    for (unsigned char ch : t) out.push_back(ch);
+    return out;
+  };
   if (completion_.chat) {
     json content = json::array();
     for (const TokenLogprobs& t : lps) {
       json top = json::array();
-      for (const auto& [id, lp] : t.top) top.push_back({{"token", token_text(id)}, {"logprob", lp}, {"bytes", {id}}});
-      content.push_back({{"token", token_text(t.token)}, {"logprob", t.logprob}, {"bytes", {t.token}}, {"top_logprobs", top}});
+      for (const auto& [id, lp] : t.top) top.push_back({{"token", text_of(id)}, {"logprob", lp}, {"bytes", bytes_of(id)}});
+      content.push_back({{"token", text_of(t.token)}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
-  for (const TokenLogprobs& t : lps) {
-    tokens.push_back(token_text(t.token));
+  for (size_t i = 0; i < lps.size(); ++i) {
+    const TokenLogprobs& t = lps[i];
+    tokens.push_back(text_of(t.token));
     token_logprobs.push_back(t.logprob);
     json top = json::object();
-    for (const auto& [id, lp] : t.top) top[token_text(id)] = lp;
+    for (const auto& [id, lp] : t.top) top[text_of(id)] = lp;
     top_logprobs.push_back(top);
-    offsets.push_back(text_offset++);
+    offsets.push_back(token_offsets ? text_offset + (*token_offsets)[i] : text_offset++);
   }
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
 
 std::string HttpSession::chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,
                                     const char* finish, bool chat) const {
+  const Choice& c = choices_[index];
+  const bool bytes = bytes_model();
   json choice = {{"index", index}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
-  if (lp) choice["logprobs"] = logprobs_json({*lp}, choices_[index].bytes.size() - 1);
+  if (lp && bytes) choice["logprobs"] = logprobs_json({*lp}, c.bytes.size() - 1);
+  else if (lp) choice["logprobs"] = logprobs_json({*lp}, c.offsets.back());
   else choice["logprobs"] = nullptr;
+  const bool started = bytes ? !c.bytes.empty() : !c.ids.empty();
   if (chat) {
-    choice["delta"] = text.empty() && !finish && choices_[index].bytes.empty() ? json{{"role", "assistant"}, {"content", ""}}
-                                                                                 : json{{"content", text}};
+    choice["delta"] = text.empty() && !finish && !started ? json{{"role", "assistant"}, {"content", ""}}
+                                                          : json{{"content", text}};
   } else {
     choice["text"] = text;
   }
+  // Token ids only: each event carries its token's id (the text stays empty).
+  if (!bytes && !context_.tokenizer && !finish && started) choice["token_ids"] = json::array({c.ids.back()});
   if (finish) {
-    choice["seed"] = choices_[index].seed;
-    choice["sha256"] = sha256_hex(choices_[index].bytes.data(), choices_[index].bytes.size());
+    choice["seed"] = c.seed;
+    choice["sha256"] = choice_sha256(c);
   }
   json j = {{"id", id_},
             {"object", chat ? "chat.completion.chunk" : "text_completion"},
@@ -351,15 +421,20 @@ void HttpSession::finish_completion() {
   if (!error_.empty()) return respond_error(500, "generation failed: " + error_, {}, "server_error");
   json choices = json::array();
   size_t generated = 0;
+  const bool bytes = bytes_model();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    generated += c.bytes.size();
-    const std::string text = valid_utf8((r.echo ? prompt_text_ : std::string()) + c.bytes);
+    generated += bytes ? c.bytes.size() : c.ids.size();
+    // A byte model's bytes made valid UTF-8; a tokenizer's text as it settled; token ids only: "".
+    const std::string text = bytes ? valid_utf8((r.echo ? prompt_text_ : std::string()) + c.bytes)
+                                   : (r.echo ? prompt_text_ : std::string()) + c.text;
+    const size_t offset = r.echo ? prompt_text_.size() : 0;
     json choice = {{"index", i},
                    {"finish_reason", finish_name(*c.finish)},
-                   {"logprobs", r.logprobs >= 0 ? logprobs_json(c.logprobs, r.echo ? prompt_text_.size() : 0) : json(nullptr)},
+                   {"logprobs", r.logprobs >= 0 ? logprobs_json(c.logprobs, offset, bytes ? nullptr : &c.offsets) : json(nullptr)},
                    {"seed", c.seed},
-                   {"sha256", sha256_hex(c.bytes.data(), c.bytes.size())}};
+                   {"sha256", choice_sha256(c)}};
+    if (!bytes) choice["token_ids"] = c.ids;
     if (r.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
     else choice["text"] = text;
     choices.push_back(choice);

@@ -45,6 +45,7 @@ struct HttpContext {
   std::string api_key;                              // "": no authentication
   const std::string& replica;                       // the X-Lockstep-Replica header, /health, /metrics
   std::atomic<bool>& draining;                      // /health 503, new requests 503
+  std::shared_ptr<const Tokenizer> tokenizer;       // the model's; null: bytes (vocabulary 256) or token ids only
 };
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
@@ -58,8 +59,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  private:
   struct Choice {
     std::shared_ptr<GenerationJob> job;
-    std::string bytes;  // generated
-    Utf8Stream utf8;    // streaming
+    std::string bytes;  // generated (a byte model)
+    Utf8Stream utf8;    // streaming (a byte model)
+    std::vector<int32_t> ids;    // generated
+    std::string text;            // generated, through the tokenizer (TextStream)
+    std::vector<size_t> offsets;  // where each token's text starts in `text` (logprobs)
     std::vector<TokenLogprobs> logprobs;
     std::optional<Finish> finish;
     uint64_t seed = 0;
@@ -69,8 +73,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_request(const boost::system::error_code& ec);
   void route();
   void completion(bool chat);
-  void on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp);
-  void on_done(size_t index, Finish finish, const std::string& error);
+  // `settled`: with a tokenizer, the text the token settled (TextStream::push), or at the end the
+  // rest (finish).
+  void on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled);
+  void on_done(size_t index, Finish finish, const std::string& error, const std::string& settled);
+  bool bytes_model() const { return !context_.tokenizer && context_.model->config().vocab_size == 256; }
+  std::string choice_sha256(const Choice& c) const;
   void finish_completion();
   void watch_disconnect();
   void cancel_generation();
@@ -88,7 +96,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::string chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,
                          const char* finish, bool chat) const;
   void send_event(const std::string& data);
-  nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset) const;
+  // `offsets`: each token's place in the text after `text_offset` (null: one byte each).
+  nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset,
+                               const std::vector<size_t>* offsets = nullptr) const;
 
   StreamSocket socket_;
   asio::steady_timer timer_;
@@ -117,7 +127,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::string error_;
   std::string id_;
   int64_t created_ = 0;
-  std::string prompt_text_;  // the prompt's bytes, for echo
+  std::string prompt_text_;  // the prompt's bytes (a byte model) or text (a tokenizer's), for echo
   asio::any_io_executor work_;  // keeps the loop running while the engine holds our callbacks
 };
 

@@ -22,6 +22,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "lockstep/tokenizer.hpp"
 #include "serve/batcher.hpp"
 #include "serve/connection.hpp"
 #include "serve/generation_engine.hpp"
@@ -108,6 +109,13 @@ const ServerOptions& checked(const ServerOptions& o) {
   return o;
 }
 
+// The model's tokenizer for the HTTP API's text (null: none, no HTTP, or a model built in
+// memory, which has no directory); a broken one refuses the start.
+std::shared_ptr<const Tokenizer> http_tokenizer(const Model& model, const ServerOptions& o) {
+  if (o.http.empty() || model.source().directory.empty()) return nullptr;
+  return Tokenizer::for_model(model.source().directory);
+}
+
 std::vector<uint8_t> frame_of_text(const std::string& text) {
   return serve::frame_of({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
@@ -139,7 +147,8 @@ struct Server::Impl {
                      options.http_options.write_timeout,
                      options.http_options.api_key,
                      replica,
-                     draining},
+                     draining,
+                     http_tokenizer(*model, options)},
         drain_timer(strand) {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));

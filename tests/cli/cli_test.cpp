@@ -31,7 +31,7 @@ TEST(Cli, InitWritesAModelThatInspectDescribes) {
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* want : {"profile    lockstep-f32-1", "n_kv_heads 2", "inputs  inputs [1, 12] i32",
                            "outputs logits [1, 12, 256] f32", "hidden [1, 12, 16] f32", "sha256     ",
-                           "precision  f32"})
+                           "precision  f32", "tokenizer  bytes"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   const auto model = Model::load(m);
   EXPECT_NE(r.out.find(model->parameters_sha256()), std::string::npos);

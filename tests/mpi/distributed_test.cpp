@@ -264,6 +264,46 @@ TEST(MpiTrain, RankKilledMidRunLeavesTheLastCompleteCheckpointAndAResumeFinishes
   EXPECT_EQ(hashes(ck), plain);
 }
 
+// Ctrl-C at the terminal: mpirun passes the stop to every rank (Open MPI sends them SIGTERM);
+// rank 0's request is broadcast, so all ranks end after the same step with one checkpoint, and a
+// resume finishes with the uninterrupted run's bits.
+TEST(MpiTrain, SigintToMpirunStopsEveryRankAfterOneStepWithACheckpointToResumeFrom) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  const test::RunKeys keys = {{":batch", "5"}, {":steps", "1000"}, {":checkpoint-every", "100"}, {":keep", "0"}};
+  const std::string run = test::write_tiny_run(dir, keys);
+  expect_ok(test::run_command(train(run, dir / "plain")), "the run without mpirun");
+  const std::string ck = dir / "ck";
+  const pid_t job = test::spawn(launch(2, train(run, ck)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // In its loop once metrics.jsonl holds a line.
+  while (test::read_file(ck + "/metrics.jsonl").find('\n') == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // `timeout` runs mpirun in the foreground of its own group; the signal goes to mpirun alone.
+  ASSERT_EQ(::kill(job, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(job, &status, 0), job);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_NE(WEXITSTATUS(status), 0) << "a stopped run must not look finished";
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the job did not stop within 60 s";
+  ASSERT_EQ(::access((ck + "/step-00001000").c_str(), F_OK), -1) << "the run finished before the signal";
+  const auto plain = hashes(dir / "plain");
+  const auto left = hashes(ck);
+  // The checkpoints of the schedule equal the plain run's; the stop added one at its step.
+  std::string stop_step;
+  for (const auto& [name, hash] : left) {
+    if (name.rfind("step-", 0) != 0) continue;
+    if (plain.count(name)) EXPECT_EQ(hash, plain.at(name)) << name;
+    else if (name.substr(name.find('/')) == "/model.json") stop_step = name.substr(0, name.find('/') + 1);
+  }
+  ASSERT_FALSE(stop_step.empty()) << "the stop wrote no checkpoint at its step";
+  expect_ok(test::run_command(launch(2, train(run, ck, {"--resume"}))), "2 ranks resumed after SIGINT");
+  auto resumed = hashes(ck);
+  std::erase_if(resumed, [&](const auto& entry) { return entry.first.rfind(stop_step, 0) == 0; });
+  EXPECT_EQ(resumed, plain);
+}
+
 TEST(MpiTrain, RanksThatDisagreeRefuseToStartSayingWhich) {
   SKIP_WITHOUT_MPI();
   TempDir dir;

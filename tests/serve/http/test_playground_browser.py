@@ -8,6 +8,8 @@ was taken so); LOCKSTEP_PLAYGROUND_MODEL=DIR serves that model instead of the ti
 import os
 import shutil
 import signal
+import socket
+import threading
 import time
 
 import pytest
@@ -32,8 +34,68 @@ if REASON:
     print(f"\nSKIPPING the playground browser test: {REASON}")
 
 
+class StreamCutter:
+    """A loopback proxy in front of the server that cuts the connection of the first `cuts`
+    streamed answers (text/event-stream) `after` bytes into them, as a replica's death would."""
+
+    def __init__(self, port, cuts, after):
+        self.port, self.cuts, self.after = port, cuts, after
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def url(self):
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+
+    def accept(self):
+        while not self.done.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            threading.Thread(target=self.pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self.pump, args=(server, client, True), daemon=True).start()
+
+    def pump(self, src, dst, answers):
+        seen, cutting = b"", False
+        try:
+            while True:
+                data = src.recv(4096)
+                if not data:
+                    break
+                if answers and not cutting:
+                    seen = (seen + data)[-65536:]
+                    mark = seen.find(b"text/event-stream")
+                    if mark >= 0 and len(seen) - mark > self.after:
+                        with self.lock:
+                            cutting = self.cuts > 0
+                            self.cuts -= cutting
+                        if cutting:
+                            dst.sendall(data[: max(0, len(data) - (len(seen) - mark - self.after))])
+                            break
+                        seen = b""
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.done.set()
+        self.listener.close()
+
+
 @pytest.mark.skipif(REASON is not None, reason=f"playground browser test: {REASON}")
-def test_playground_shows_the_api_text(serve, model, tmp_path, request):
+@pytest.mark.parametrize("cuts", [0, 2], ids=["whole", "resumed"])
+def test_playground_shows_the_api_text(cuts, serve, model, tmp_path, request):
     def request_finalizer(server):
         request.addfinalizer(lambda: server.stop(signal.SIGKILL))
 
@@ -58,10 +120,13 @@ def test_playground_shows_the_api_text(serve, model, tmp_path, request):
                 "--window-size=900,560", f"--user-data-dir={tmp_path / 'chromium'}"]:
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    # With cuts, the page comes through a proxy that breaks the stream twice mid-way: the page
+    # resends the same request and continues the text exactly.
+    cutter = StreamCutter(s.port, cuts, after=2500) if cuts else None
     try:
         driver.set_page_load_timeout(30)
         driver.set_script_timeout(30)
-        driver.get(f"http://127.0.0.1:{s.port}/")
+        driver.get(cutter.url() if cutter else f"http://127.0.0.1:{s.port}/")
         for field in ["prompt", "max_tokens", "temperature", "top_p", "top_k", "seed"]:
             element = driver.find_element(By.ID, field)
             element.clear()
@@ -69,7 +134,7 @@ def test_playground_shows_the_api_text(serve, model, tmp_path, request):
         driver.find_element(By.ID, "go").click()
         WebDriverWait(driver, 30).until(
             lambda d: "finish_reason" in d.find_element(By.ID, "status").text
-            or "error" in d.find_element(By.ID, "status").text)
+            or d.find_element(By.ID, "status").text.startswith("error"))
         status = driver.find_element(By.ID, "status").text
         assert "finish_reason length" in status, status
         # textContent of the generated spans (not the prompt's), exactly as the page holds it.
@@ -79,11 +144,15 @@ def test_playground_shows_the_api_text(serve, model, tmp_path, request):
         prompt_shown = driver.execute_script("return document.querySelector('#output span.prompt').textContent;")
         WebDriverWait(driver, 5).until(lambda d: d.find_element(By.ID, "model").text != "?")
         time.sleep(0.2)
-        shot = os.environ.get("LOCKSTEP_PLAYGROUND_SCREENSHOT") or str(tmp_path / "playground.png")
+        resumes = driver.find_element(By.ID, "status").get_attribute("data-resumes")
+        resumed_after = driver.find_element(By.ID, "status").get_attribute("data-resumed-after")
+        shot = (cuts == 0 and os.environ.get("LOCKSTEP_PLAYGROUND_SCREENSHOT")) or str(tmp_path / "playground.png")
         assert driver.save_screenshot(shot), shot
         page_sha = driver.find_element(By.ID, "status").get_attribute("data-sha256")
     finally:
         driver.quit()
+        if cutter:
+            cutter.close()
 
     status_code, answer = s.post("/v1/completions", request)
     assert status_code == 200, answer
@@ -91,4 +160,7 @@ def test_playground_shows_the_api_text(serve, model, tmp_path, request):
     assert prompt_shown == request["prompt"]
     assert shown == choice["text"] and len(shown) > 0
     assert page_sha == choice["sha256"]
+    assert (resumes or "0") == str(cuts)
+    if cuts:  # text was shown before a cut, so the page had to skip it when it came again
+        assert max(int(n) for n in resumed_after.split(",")) > 0, resumed_after
     assert os.path.getsize(shot) > 1000
