@@ -7,6 +7,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/ref/math.hpp"
@@ -219,9 +220,157 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   }
 }
 
+// The tiled kernel's block of keys: kKeyBlockBytes of one head's keys ([head_dim][block]) or
+// values ([block][head_dim]) packed contiguous, a multiple of kTileVectors vectors. Packed, a
+// block stays in L1 while every triple of the tile's queries passes over it; in place, kt's rows
+// lie ldk floats apart (8 KiB at a window of 2048) and the values' rows kv_dim floats apart, so
+// a block's lines would crowd into a few L1 sets and evict each other.
+constexpr int64_t kKeyBlockBytes = 16 << 10;
+
+int64_t KeyBlock(int32_t head_dim) {
+  const int64_t tile = kTileVectors * static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t keys = kKeyBlockBytes / static_cast<int64_t>(sizeof(float)) / std::max<int32_t>(1, head_dim);
+  return std::max<int64_t>(tile, keys / tile * tile);
+}
+
+// A row of the tiled kernel's scores: n_max rounded up to whole vectors.
+int64_t ScoreRow(int64_t n_max) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  return (n_max + N - 1) / N * N;
+}
+
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
+  if (nq <= 3) return nq * n_max;
+  return nq * ScoreRow(n_max) + 2 * static_cast<int64_t>(head_dim) * KeyBlock(head_dim);
+}
+
+// Scores of QB queries against the `keys` keys of a packed block kb [head_dim][ld] (zeros past
+// `keys` up to whole vectors): s_i[j] for j < keys rounded up to whole vectors.
+template <int QB>
+HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kb, int64_t ld, int64_t keys,
+                            int32_t head_dim, hn::Vec<DF> scale, float* s, int64_t ld_s) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  constexpr int U = kTileVectors;
+  int64_t j = 0;
+  for (; j + U * N <= keys; j += U * N) ScoresMulti<QB, U>(q, q_stride, kb, ld, j, head_dim, scale, s, ld_s);
+  for (; j < keys; j += N) ScoresMulti<QB, 1>(q, q_stride, kb, ld, j, head_dim, scale, s, ld_s);
+}
+
+// The weighted sums of QB queries (n ascending) over the block of values [c0, c1) packed in vb
+// [c1 - c0][head_dim]: the keys all of them read, together, then each one's own after them, so
+// that each output's chain runs in increasing j. The first block starts the chains from +0; the
+// others continue them from out (exact round trips). s: the first query's scores at key c0.
+template <int QB>
+HWY_INLINE void BlockValues(const float* s, int64_t ld_s, const int64_t* n, int64_t c0, int64_t c1, const float* vb,
+                            int32_t head_dim, float* out, int64_t out_stride) {
+  const int64_t shared = std::min(c1, n[0]);
+  if (shared > c0) WeightedRows<QB>(s, ld_s, 1, vb, head_dim, 0, shared - c0, head_dim, c0 == 0, out, out_stride);
+  for (int i = 1; i < QB; ++i) {
+    const int64_t b = std::max(c0, n[0]), e = std::min(c1, n[i]);
+    if (e > b)
+      WeightedRows<1>(s + i * ld_s, ld_s, 1, vb, head_dim, b - c0, e - c0, head_dim, false, out + i * out_stride,
+                      out_stride);
+  }
+}
+
+// Attention for a tile of nq > 3 queries of one key/value head, query i reading keys [0, n[i])
+// with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
+// value is the single-query kernel's: each score one chain over d, then per query the max, the
+// exponentials and l in increasing j, then each output's weighted sum in increasing j and one
+// division. The keys and values go by blocks of KeyBlock(head_dim), packed once per tile and
+// read from L1 by every triple of queries, so the window's keys and values stream from memory
+// once per tile rather than once per three queries. scratch: QueriesScratch(nq, n_max, head_dim).
+void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
+                   int64_t ldk, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
+                   float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_max = n[nq - 1], KB = KeyBlock(head_dim), ld = ScoreRow(n_max);
+  float* s = scratch;       // [nq][ld]: scores, then exponentials
+  float* kb = s + nq * ld;  // [head_dim][KB]
+  float* vb = kb + static_cast<int64_t>(head_dim) * KB;  // [KB][head_dim]
+  const auto scale_v = hn::Set(d, scale);
+  // Scores, block by block of keys; a triple of queries none of whose keys reach the block skips it.
+  for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
+    const int64_t nb = std::min(KB, n_max - c0), padded = (nb + N - 1) / N * N;
+    for (int32_t dd = 0; dd < head_dim; ++dd) {
+      const float* src = kt + static_cast<int64_t>(dd) * ldk + c0;
+      float* dst = kb + static_cast<int64_t>(dd) * KB;
+      std::copy_n(src, nb, dst);
+      std::fill(dst + nb, dst + padded, 0.0f);
+    }
+    for (int i0 = 0; i0 < nq; i0 += 3) {
+      const int count = std::min(3, nq - i0);
+      const int64_t keys = std::min(n[i0 + count - 1], c0 + nb) - c0;
+      if (keys <= 0) continue;
+      const float* qi = q + i0 * q_stride;
+      float* si = s + i0 * ld + c0;
+      if (count == 3) BlockScores<3>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld);
+      else if (count == 2) BlockScores<2>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld);
+      else BlockScores<1>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld);
+    }
+  }
+  // Per query: m = max over [0, n_i), then e = exp(s - m) in place.
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + i * ld;
+    auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + N <= n[i]; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, si + j));
+    float m = -std::numeric_limits<float>::infinity();
+    for (; j < n[i]; ++j) m = ref::max_skip_nan(m, si[j]);
+    m = ReduceMaxSkipNaN(d, mv, m);
+    const auto m_v = hn::Set(d, m);
+    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, si + j), m_v)), d, si + j);
+    for (; j < n[i]; ++j) si[j] = ref::exp_f32(si[j] - m);
+  }
+  // l per query: the chain of e in increasing j, kChainGroup queries' chains interleaved (each
+  // alone waits an add's latency per step).
+  constexpr int kChainGroup = 8;
+  float l_all[kMaxTileQueries];
+  for (int i0 = 0; i0 < nq; i0 += kChainGroup) {
+    const int count = std::min(kChainGroup, nq - i0);
+    float l[kChainGroup];
+    for (int i = 0; i < count; ++i) l[i] = 0.0f;
+    const float* si = s + i0 * ld;
+    for (int64_t j = 0; j < n[i0]; ++j)
+      for (int i = 0; i < count; ++i) l[i] = l[i] + si[i * ld + j];
+    for (int i = 1; i < count; ++i)
+      for (int64_t j = n[i0]; j < n[i0 + i]; ++j) l[i] = l[i] + si[i * ld + j];
+    for (int i = 0; i < count; ++i) l_all[i0 + i] = l[i];
+  }
+  // Weighted sums, block by block of values.
+  for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
+    const int64_t c1 = std::min(n_max, c0 + KB);
+    for (int64_t j = c0; j < c1; ++j) std::copy_n(v + j * ldv, head_dim, vb + (j - c0) * head_dim);
+    for (int i0 = 0; i0 < nq; i0 += 3) {
+      const int count = std::min(3, nq - i0);
+      if (n[i0 + count - 1] <= c0) continue;
+      const float* si = s + i0 * ld + c0;
+      float* oi = out + i0 * out_stride;
+      if (count == 3) BlockValues<3>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride);
+      else if (count == 2) BlockValues<2>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride);
+      else BlockValues<1>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride);
+    }
+  }
+  for (int i = 0; i < nq; ++i) {
+    float* o = out + i * out_stride;
+    const auto l_v = hn::Set(d, l_all[i]);
+    int32_t dd = 0;
+    for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
+    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l_all[i];
+  }
+}
+
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
                       const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
                       float* scratch) {
+  if (nq > kMaxTileQueries) {  // tiles of kMaxTileQueries (n ascending, so each tile's too)
+    for (int i0 = 0; i0 < nq; i0 += kMaxTileQueries)
+      AttentionQueries(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, ldk, v, ldv,
+                       head_dim, scale, out + i0 * out_stride, out_stride, scratch);
+    return;
+  }
+  if (nq > 3) return AttentionTile(q, q_stride, n, nq, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
   switch (nq) {
     case 3: return AttentionMulti<3>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
     case 2: return AttentionMulti<2>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
@@ -234,6 +383,7 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
+  k.attention_queries_scratch = &QueriesScratch;
 }
 
 #else
@@ -265,9 +415,12 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
     Attention(q + i * q_stride, kt, ldk, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
 }
 
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t) { return nq * n_max; }
+
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
+  k.attention_queries_scratch = &QueriesScratch;
 }
 
 #endif
