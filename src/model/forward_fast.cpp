@@ -403,10 +403,21 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           const float* sin_row = m.rope_sin.data() + pos * half;
           k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
           k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-          float* keys = kv.keys + l * kv.layer_stride;
-          for (int64_t e = 0; e < kv_dim; ++e) keys[e * kv.ld + pos] = row[q_dim + e];
           std::memcpy(kv.values + l * kv.layer_stride + pos * kv_dim, row + q_dim + kv_dim,
                       static_cast<size_t>(kv_dim) * sizeof(float));
+        }
+        // Keys transposed, a run of one row's tokens (consecutive positions) at a time with the
+        // key dimension outer: each key row (kv.ld floats apart) gets the run's positions side by
+        // side, rather than every token touching kv_dim lines far apart.
+        for (int64_t a = t0; a < t1;) {
+          const int32_t r = plan.token_row[static_cast<size_t>(a)];
+          int64_t b = a + 1;
+          while (b < t1 && plan.token_row[static_cast<size_t>(b)] == r) ++b;
+          const KvView& kv = plan.kv[static_cast<size_t>(r)];
+          float* keys = kv.keys + l * kv.layer_stride + plan.token_pos[static_cast<size_t>(a)];
+          for (int64_t e = 0; e < kv_dim; ++e)
+            for (int64_t t = a; t < b; ++t) keys[e * kv.ld + (t - a)] = qkv[t * qkv_ld + q_dim + e];
+          a = b;
         }
         return;
       case kAttention: {  // each query over its row's positions [0, pos]

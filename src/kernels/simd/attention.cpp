@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
@@ -244,6 +245,24 @@ int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
   return nq * ScoreRow(n_max) + 2 * static_cast<int64_t>(head_dim) * KeyBlock(head_dim);
 }
 
+// Queries per register tile of the tiled kernel: 6 where there are 32 vector registers
+// (AVX-512: 24 accumulators of 6 queries x 4 vectors, each loaded key or value vector used 6
+// times), else 3 (12 of AVX2's 16).
+constexpr int kGroupQueries = HWY_MAX_BYTES >= 64 ? 6 : 3;
+
+// f(std::integral_constant<int, count>) for a group of 1 to kGroupQueries queries.
+template <class F>
+HWY_INLINE void ForGroup(int count, const F& f) {
+  switch (count) {
+    case 6: if constexpr (kGroupQueries >= 6) return f(std::integral_constant<int, 6>()); [[fallthrough]];
+    case 5: if constexpr (kGroupQueries >= 5) return f(std::integral_constant<int, 5>()); [[fallthrough]];
+    case 4: if constexpr (kGroupQueries >= 4) return f(std::integral_constant<int, 4>()); [[fallthrough]];
+    case 3: return f(std::integral_constant<int, 3>());
+    case 2: return f(std::integral_constant<int, 2>());
+    default: return f(std::integral_constant<int, 1>());
+  }
+}
+
 // Scores of QB queries against the `keys` keys of a packed block kb [head_dim][ld] (zeros past
 // `keys` up to whole vectors): s_i[j] for j < keys rounded up to whole vectors.
 template <int QB>
@@ -299,15 +318,13 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       std::copy_n(src, nb, dst);
       std::fill(dst + nb, dst + padded, 0.0f);
     }
-    for (int i0 = 0; i0 < nq; i0 += 3) {
-      const int count = std::min(3, nq - i0);
+    for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
+      const int count = std::min(kGroupQueries, nq - i0);
       const int64_t keys = std::min(n[i0 + count - 1], c0 + nb) - c0;
       if (keys <= 0) continue;
       const float* qi = q + i0 * q_stride;
       float* si = s + i0 * ld + c0;
-      if (count == 3) BlockScores<3>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld);
-      else if (count == 2) BlockScores<2>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld);
-      else BlockScores<1>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld);
+      ForGroup(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld); });
     }
   }
   // Per query: m = max over [0, n_i), then e = exp(s - m) in place.
@@ -323,33 +340,29 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
     for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, si + j), m_v)), d, si + j);
     for (; j < n[i]; ++j) si[j] = ref::exp_f32(si[j] - m);
   }
-  // l per query: the chain of e in increasing j, kChainGroup queries' chains interleaved (each
-  // alone waits an add's latency per step).
-  constexpr int kChainGroup = 8;
+  // l per query: the chain of e in increasing j, eight queries' chains interleaved (each alone
+  // waits an add's latency per step), then four, two, one for the rest.
   float l_all[kMaxTileQueries];
-  for (int i0 = 0; i0 < nq; i0 += kChainGroup) {
-    const int count = std::min(kChainGroup, nq - i0);
-    float l[kChainGroup];
-    for (int i = 0; i < count; ++i) l[i] = 0.0f;
-    const float* si = s + i0 * ld;
-    for (int64_t j = 0; j < n[i0]; ++j)
-      for (int i = 0; i < count; ++i) l[i] = l[i] + si[i * ld + j];
-    for (int i = 1; i < count; ++i)
-      for (int64_t j = n[i0]; j < n[i0 + i]; ++j) l[i] = l[i] + si[i * ld + j];
-    for (int i = 0; i < count; ++i) l_all[i0 + i] = l[i];
-  }
+  const auto e_of = [&](float acc, int i, int64_t j) { return acc + s[i * ld + j]; };
+  int i0 = 0;
+  for (; i0 + 8 <= nq; i0 += 8)
+    Chains<8>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  for (; i0 + 4 <= nq; i0 += 4)
+    Chains<4>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  for (; i0 + 2 <= nq; i0 += 2)
+    Chains<2>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  for (; i0 < nq; ++i0)
+    Chains<1>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
   // Weighted sums, block by block of values.
   for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
     const int64_t c1 = std::min(n_max, c0 + KB);
     for (int64_t j = c0; j < c1; ++j) std::copy_n(v + j * ldv, head_dim, vb + (j - c0) * head_dim);
-    for (int i0 = 0; i0 < nq; i0 += 3) {
-      const int count = std::min(3, nq - i0);
+    for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
+      const int count = std::min(kGroupQueries, nq - i0);
       if (n[i0 + count - 1] <= c0) continue;
       const float* si = s + i0 * ld + c0;
       float* oi = out + i0 * out_stride;
-      if (count == 3) BlockValues<3>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride);
-      else if (count == 2) BlockValues<2>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride);
-      else BlockValues<1>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride);
+      ForGroup(count, [&](auto qb) { BlockValues<decltype(qb)::value>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride); });
     }
   }
   for (int i = 0; i < nq; ++i) {
