@@ -48,20 +48,25 @@ HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_REST
   return m;
 }
 
-// out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j.
+// out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled.
+// With `l`, the first tile also runs the softmax denominator's chain, *l = sum of e_j in
+// increasing j from +0, beside its own (both are latency-bound chains of one add or fma per key).
 template <int U>
 HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRICT v, int64_t ldv,
-                            int64_t n, int32_t d0, hn::Vec<DF> l, float* HWY_RESTRICT out) {
+                            int64_t n, int32_t d0, float* HWY_RESTRICT out, float* l) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> acc[U];
   for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
+  float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     const auto ej = hn::Set(d, e[j]);
+    if (l) sum = sum + e[j];
     const float* row = v + j * ldv + d0;
     for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(ej, hn::LoadU(d, row + u * N), acc[u]);
   }
-  for (int u = 0; u < U; ++u) hn::StoreU(hn::Div(acc[u], l), d, out + d0 + u * N);
+  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, out + d0 + u * N);
+  if (l) *l = sum;
 }
 
 void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t ldk,
@@ -88,18 +93,29 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   j = 0;
   for (; j + N <= n; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, scores + j), m_v)), d, scores + j);
   for (; j < n; ++j) scores[j] = ref::exp_f32(scores[j] - m);
-  float l = 0.0f;
-  for (j = 0; j < n; ++j) l = l + scores[j];
 
-  const auto l_v = hn::Set(d, l);
+  // The weighted sums (tiles of four vectors of d, then two, then one), l's chain beside the
+  // first, then the scalar rest, and the division by l.
+  float l = 0.0f;
+  float* l_at = &l;
   int32_t d0 = 0;
-  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N)) WeightedSum<4>(scores, v, ldv, n, d0, l_v, out);
-  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N)) WeightedSum<1>(scores, v, ldv, n, d0, l_v, out);
+  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N), l_at = nullptr)
+    WeightedSum<4>(scores, v, ldv, n, d0, out, l_at);
+  for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N), l_at = nullptr)
+    WeightedSum<2>(scores, v, ldv, n, d0, out, l_at);
+  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N), l_at = nullptr)
+    WeightedSum<1>(scores, v, ldv, n, d0, out, l_at);
   for (; d0 < head_dim; ++d0) {
     float acc = 0.0f;
     for (j = 0; j < n; ++j) acc = ref::fma_f32(scores[j], v[j * ldv + d0], acc);
-    out[d0] = acc / l;
+    out[d0] = acc;
   }
+  if (l_at)  // head_dim below one vector: l's chain alone
+    for (j = 0; j < n; ++j) l = l + scores[j];
+  const auto l_v = hn::Set(d, l);
+  int32_t dd = 0;
+  for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, out + dd), l_v), d, out + dd);
+  for (; dd < head_dim; ++dd) out[dd] = out[dd] / l;
 }
 
 // Vectors per score tile for QB <= 3 queries: QB * 4 accumulators, at most 12 of the 16 AVX2
