@@ -6,6 +6,7 @@ run. With several repetitions (or files), the fastest of each benchmark counts. 
 from wall time and from the process's CPU time: on a machine shared with other jobs, CPU time
 is the steadier of the two (neighbours stretch the wall time of a one-thread run)."""
 import json
+import statistics
 import sys
 
 
@@ -24,6 +25,23 @@ def load(paths):
             if key not in best or b["cpu_time"] < best[key]["cpu_time"]:
                 best[key] = b
     return best
+
+
+def rounds(paths):
+    """Each file's repetitions as rounds: {(file, repetition): {(bench, shape, length): run}}. A
+    round's points ran one after the other, so a ratio within a round sees the machine's load of
+    a few minutes rather than of the whole run."""
+    out = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for b in data.get("benchmarks", []):
+            if b.get("run_type") == "aggregate" or "error_occurred" in b:
+                continue
+            parts = b["name"].split("/")
+            if parts[0] in ("BM_WindowPrefill", "BM_WindowDecode"):
+                out.setdefault((path, b.get("repetition_index", 0)), {})[tuple(parts[:3])] = b
+    return out
 
 
 def per_second(b, tokens):
@@ -54,6 +72,26 @@ def main():
                 else:
                     cells.append("-")
             print(f"| {name} | {length} | " + " | ".join(cells) + " |")
+    # Ratios within each round (CPU time), their median and range over the rounds.
+    by_round = rounds(sys.argv[1:])
+    if len(by_round) > 1:
+        print()
+        print(f"Within each of {len(by_round)} rounds (CPU time), median [range] of the ratio to window 256:")
+        print("| shape | window | prefill | decode |")
+        print("| --- | --- | --- | --- |")
+        for shape, name in shapes.items():
+            for length in ("1024", "2048", "4096"):
+                cells = []
+                for bench in ("BM_WindowPrefill", "BM_WindowDecode"):
+                    ratios = []
+                    for points in by_round.values():
+                        a, b = points.get((bench, shape, "256")), points.get((bench, shape, length))
+                        if a and b:
+                            tokens = (int(length), 256) if bench == "BM_WindowPrefill" else (16, 16)
+                            ratios.append(per_second(b, tokens[0])[1] / per_second(a, tokens[1])[1])
+                    cells.append(f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
+                                 if ratios else "-")
+                print(f"| {name} | {length} | " + " | ".join(cells) + " |")
     attention = sorted(k for k in best if k[0] == "BM_WindowAttention")
     if attention:
         print()
