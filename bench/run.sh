@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints lockstep's performance figures as ratios measured in one run (the machines are shared
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
-#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|cluster|all] [--quick]
+#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|cluster|window|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
@@ -13,6 +13,9 @@
 #          against in-process generate, time to first token p50/p99);
 #          cluster: bench/cluster_bench.py (requests/s and tokens/s of s256 through HAProxy with 1
 #          and 2 one-core replicas against one 2-core server; HAProxy's cost on one request's p50).
+#          window (not part of all: minutes on a 2-core machine): prefill and end-of-window
+#          decode of s256 and l768 at windows 256, 1024, 2048, 4096 and one layer's attention,
+#          with the ratios to window 256 (bench/window_report.py).
 # Each stage prints a line when it starts and one per benchmark as it finishes; the tables
 # (bench/report.py) come at the end.
 set -euo pipefail
@@ -103,8 +106,20 @@ case "$WHAT" in
     if [ "$QUICK" = "--quick" ]; then /usr/bin/python3 bench/cluster_bench.py --build "$BUILD" --seconds 3 --latency-requests 50
     else /usr/bin/python3 bench/cluster_bench.py --build "$BUILD"; fi
     ;;&
+  window)
+    # One thread; a window of 4096 on l768 is a long forward, so each point runs once (twice
+    # without --quick) and the report keeps the fastest.
+    stage "window: prefill and end-of-window decode at windows 256..4096, attention 3 queries vs tiles"
+    reps=2
+    [ "$QUICK" = "--quick" ] && reps=1
+    "$BIN" --benchmark_filter='BM_Window' --benchmark_min_time=0.01 --benchmark_repetitions="$reps" \
+      --benchmark_out="$OUT/window.json" --benchmark_out_format=json --benchmark_color=false 2> >(context) | progress
+    stage "window: done; the ratios to window 256:"
+    /usr/bin/python3 bench/window_report.py "$OUT/window.json"
+    exit 0
+    ;;
   forward|decode|train|busy|serve|http|cluster|all) ;;
-  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve, http, cluster or all)" >&2; exit 2 ;;
+  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve, http, cluster, window or all)" >&2; exit 2 ;;
 esac
 stage "done; the tables:"
 /usr/bin/python3 bench/report.py "$OUT"

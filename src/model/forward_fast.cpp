@@ -81,8 +81,10 @@ Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, 
 }
 
 // Attention's work: up to kQueriesPerItem consecutive tokens of one row for one head, which
-// share the loads of the row's keys and values. Cost: the keys its queries read.
-constexpr int kQueriesPerItem = 3;
+// share the row's keys and values: a prefill's tile reads each block of them once from memory
+// for all its queries (attention_queries). Cost: the keys its queries read.
+constexpr int kQueriesPerItem = 48;
+static_assert(kQueriesPerItem <= simd::kMaxTileQueries);
 struct AttentionItem {
   int64_t token;
   int32_t count;
@@ -294,6 +296,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   const int64_t useful = 1 + tokens * per_token_flops / (int64_t{2} << 20);
   const int n_threads = exact ? std::max(1, threads)
                               : static_cast<int>(std::clamp<int64_t>(useful, 1, std::max(1, threads)));
+  const int64_t scores_per_thread = k.attention_queries_scratch(kQueriesPerItem, longest, static_cast<int32_t>(hd));
   // Every buffer of the call, carved from one block of the model's scratch pool (64-byte aligned
   // pieces). Nothing inside the parallel region allocates.
   const int64_t sizes[] = {fresh,
@@ -304,7 +307,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
                            tokens * 2 * ff,        // gu
                            tokens * ff,            // h
                            tokens * d,             // o
-                           n_threads * kQueriesPerItem * longest,  // scores
+                           n_threads * scores_per_thread,  // attention's scores and blocks
                            outputs * d,            // out_x
                            want_logits ? outputs * vocab : 0};  // out_logits
   auto padded = [](int64_t n) { return (std::max<int64_t>(n, 1) + 15) / 16 * 16; };
@@ -400,14 +403,25 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           const float* sin_row = m.rope_sin.data() + pos * half;
           k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
           k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-          float* keys = kv.keys + l * kv.layer_stride;
-          for (int64_t e = 0; e < kv_dim; ++e) keys[e * kv.ld + pos] = row[q_dim + e];
           std::memcpy(kv.values + l * kv.layer_stride + pos * kv_dim, row + q_dim + kv_dim,
                       static_cast<size_t>(kv_dim) * sizeof(float));
         }
+        // Keys transposed, a run of one row's tokens (consecutive positions) at a time with the
+        // key dimension outer: each key row (kv.ld floats apart) gets the run's positions side by
+        // side, rather than every token touching kv_dim lines far apart.
+        for (int64_t a = t0; a < t1;) {
+          const int32_t r = plan.token_row[static_cast<size_t>(a)];
+          int64_t b = a + 1;
+          while (b < t1 && plan.token_row[static_cast<size_t>(b)] == r) ++b;
+          const KvView& kv = plan.kv[static_cast<size_t>(r)];
+          float* keys = kv.keys + l * kv.layer_stride + plan.token_pos[static_cast<size_t>(a)];
+          for (int64_t e = 0; e < kv_dim; ++e)
+            for (int64_t t = a; t < b; ++t) keys[e * kv.ld + (t - a)] = qkv[t * qkv_ld + q_dim + e];
+          a = b;
+        }
         return;
       case kAttention: {  // each query over its row's positions [0, pos]
-        float* scratch = scores + static_cast<int64_t>(slot) * kQueriesPerItem * plan.longest;
+        float* scratch = scores + static_cast<int64_t>(slot) * scores_per_thread;
         for (int64_t u = groups[static_cast<size_t>(item)]; u < groups[static_cast<size_t>(item) + 1]; ++u) {
           const AttentionItem& it = items[static_cast<size_t>(u)];
           const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(it.token)])];

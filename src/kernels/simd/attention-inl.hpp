@@ -43,7 +43,7 @@ HWY_INLINE void WeightedRowsTile(const float* HWY_RESTRICT w, int64_t w_query, i
     for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + i * out_stride + d0 + u * N);
 }
 
-// WeightedRowsTile over every d in [0, head_dim): tiles of four vectors, then single vectors,
+// WeightedRowsTile over every d in [0, head_dim): tiles of four vectors, then two, then single vectors,
 // then scalar chains.
 template <int QB>
 HWY_INLINE void WeightedRows(const float* w, int64_t w_query, int64_t w_key, const float* rows, int64_t row_stride,
@@ -53,6 +53,8 @@ HWY_INLINE void WeightedRows(const float* w, int64_t w_query, int64_t w_key, con
   int32_t d0 = 0;
   for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N))
     WeightedRowsTile<QB, 4>(w, w_query, w_key, rows, row_stride, j_begin, j_end, d0, first, out, out_stride);
+  for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N))
+    WeightedRowsTile<QB, 2>(w, w_query, w_key, rows, row_stride, j_begin, j_end, d0, first, out, out_stride);
   for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
     WeightedRowsTile<QB, 1>(w, w_query, w_key, rows, row_stride, j_begin, j_end, d0, first, out, out_stride);
   for (; d0 < head_dim; ++d0)

@@ -7,7 +7,9 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
@@ -46,20 +48,25 @@ HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_REST
   return m;
 }
 
-// out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j.
+// out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled.
+// With `l`, the first tile also runs the softmax denominator's chain, *l = sum of e_j in
+// increasing j from +0, beside its own (both are latency-bound chains of one add or fma per key).
 template <int U>
 HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRICT v, int64_t ldv,
-                            int64_t n, int32_t d0, hn::Vec<DF> l, float* HWY_RESTRICT out) {
+                            int64_t n, int32_t d0, float* HWY_RESTRICT out, float* l) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> acc[U];
   for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
+  float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     const auto ej = hn::Set(d, e[j]);
+    if (l) sum = sum + e[j];
     const float* row = v + j * ldv + d0;
     for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(ej, hn::LoadU(d, row + u * N), acc[u]);
   }
-  for (int u = 0; u < U; ++u) hn::StoreU(hn::Div(acc[u], l), d, out + d0 + u * N);
+  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, out + d0 + u * N);
+  if (l) *l = sum;
 }
 
 void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t ldk,
@@ -86,18 +93,29 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   j = 0;
   for (; j + N <= n; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, scores + j), m_v)), d, scores + j);
   for (; j < n; ++j) scores[j] = ref::exp_f32(scores[j] - m);
-  float l = 0.0f;
-  for (j = 0; j < n; ++j) l = l + scores[j];
 
-  const auto l_v = hn::Set(d, l);
+  // The weighted sums (tiles of four vectors of d, then two, then one), l's chain beside the
+  // first, then the scalar rest, and the division by l.
+  float l = 0.0f;
+  float* l_at = &l;
   int32_t d0 = 0;
-  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N)) WeightedSum<4>(scores, v, ldv, n, d0, l_v, out);
-  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N)) WeightedSum<1>(scores, v, ldv, n, d0, l_v, out);
+  for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N), l_at = nullptr)
+    WeightedSum<4>(scores, v, ldv, n, d0, out, l_at);
+  for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N), l_at = nullptr)
+    WeightedSum<2>(scores, v, ldv, n, d0, out, l_at);
+  for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N), l_at = nullptr)
+    WeightedSum<1>(scores, v, ldv, n, d0, out, l_at);
   for (; d0 < head_dim; ++d0) {
     float acc = 0.0f;
     for (j = 0; j < n; ++j) acc = ref::fma_f32(scores[j], v[j * ldv + d0], acc);
-    out[d0] = acc / l;
+    out[d0] = acc;
   }
+  if (l_at)  // head_dim below one vector: l's chain alone
+    for (j = 0; j < n; ++j) l = l + scores[j];
+  const auto l_v = hn::Set(d, l);
+  int32_t dd = 0;
+  for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, out + dd), l_v), d, out + dd);
+  for (; dd < head_dim; ++dd) out[dd] = out[dd] / l;
 }
 
 // Vectors per score tile for QB <= 3 queries: QB * 4 accumulators, at most 12 of the 16 AVX2
@@ -219,9 +237,169 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   }
 }
 
+// The tiled kernel's block of keys: kKeyBlockBytes of one head's keys ([head_dim][block]) or
+// values ([block][head_dim]) packed contiguous, a multiple of kTileVectors vectors. Packed, a
+// block stays in L1 while every triple of the tile's queries passes over it; in place, kt's rows
+// lie ldk floats apart (8 KiB at a window of 2048) and the values' rows kv_dim floats apart, so
+// a block's lines would crowd into a few L1 sets and evict each other.
+constexpr int64_t kKeyBlockBytes = 16 << 10;
+
+int64_t KeyBlock(int32_t head_dim) {
+  const int64_t tile = kTileVectors * static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t keys = kKeyBlockBytes / static_cast<int64_t>(sizeof(float)) / std::max<int32_t>(1, head_dim);
+  return std::max<int64_t>(tile, keys / tile * tile);
+}
+
+// A row of the tiled kernel's scores: n_max rounded up to whole vectors.
+int64_t ScoreRow(int64_t n_max) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  return (n_max + N - 1) / N * N;
+}
+
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
+  if (nq <= 3) return nq * n_max;
+  return nq * ScoreRow(n_max) + 2 * static_cast<int64_t>(head_dim) * KeyBlock(head_dim);
+}
+
+// Queries per register tile of the tiled kernel: 6 where there are 32 vector registers
+// (AVX-512: 24 accumulators of 6 queries x 4 vectors, each loaded key or value vector used 6
+// times), else 3 (12 of AVX2's 16).
+constexpr int kGroupQueries = HWY_MAX_BYTES >= 64 ? 6 : 3;
+
+// f(std::integral_constant<int, count>) for a group of 1 to kGroupQueries queries.
+template <class F>
+HWY_INLINE void ForGroup(int count, const F& f) {
+  switch (count) {
+    case 6: if constexpr (kGroupQueries >= 6) return f(std::integral_constant<int, 6>()); [[fallthrough]];
+    case 5: if constexpr (kGroupQueries >= 5) return f(std::integral_constant<int, 5>()); [[fallthrough]];
+    case 4: if constexpr (kGroupQueries >= 4) return f(std::integral_constant<int, 4>()); [[fallthrough]];
+    case 3: return f(std::integral_constant<int, 3>());
+    case 2: return f(std::integral_constant<int, 2>());
+    default: return f(std::integral_constant<int, 1>());
+  }
+}
+
+// Scores of QB queries against the `keys` keys of a packed block kb [head_dim][ld] (zeros past
+// `keys` up to whole vectors): s_i[j] for j < keys rounded up to whole vectors.
+template <int QB>
+HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kb, int64_t ld, int64_t keys,
+                            int32_t head_dim, hn::Vec<DF> scale, float* s, int64_t ld_s) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  constexpr int U = kTileVectors;
+  int64_t j = 0;
+  for (; j + U * N <= keys; j += U * N) ScoresMulti<QB, U>(q, q_stride, kb, ld, j, head_dim, scale, s, ld_s);
+  for (; j < keys; j += N) ScoresMulti<QB, 1>(q, q_stride, kb, ld, j, head_dim, scale, s, ld_s);
+}
+
+// The weighted sums of QB queries (n ascending) over the block of values [c0, c1) packed in vb
+// [c1 - c0][head_dim]: the keys all of them read, together, then each one's own after them, so
+// that each output's chain runs in increasing j. The first block starts the chains from +0; the
+// others continue them from out (exact round trips). s: the first query's scores at key c0.
+template <int QB>
+HWY_INLINE void BlockValues(const float* s, int64_t ld_s, const int64_t* n, int64_t c0, int64_t c1, const float* vb,
+                            int32_t head_dim, float* out, int64_t out_stride) {
+  const int64_t shared = std::min(c1, n[0]);
+  if (shared > c0) WeightedRows<QB>(s, ld_s, 1, vb, head_dim, 0, shared - c0, head_dim, c0 == 0, out, out_stride);
+  for (int i = 1; i < QB; ++i) {
+    const int64_t b = std::max(c0, n[0]), e = std::min(c1, n[i]);
+    if (e > b)
+      WeightedRows<1>(s + i * ld_s, ld_s, 1, vb, head_dim, b - c0, e - c0, head_dim, false, out + i * out_stride,
+                      out_stride);
+  }
+}
+
+// Attention for a tile of nq > 3 queries of one key/value head, query i reading keys [0, n[i])
+// with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
+// value is the single-query kernel's: each score one chain over d, then per query the max, the
+// exponentials and l in increasing j, then each output's weighted sum in increasing j and one
+// division. The keys and values go by blocks of KeyBlock(head_dim), packed once per tile and
+// read from L1 by every triple of queries, so the window's keys and values stream from memory
+// once per tile rather than once per three queries. scratch: QueriesScratch(nq, n_max, head_dim).
+void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
+                   int64_t ldk, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
+                   float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_max = n[nq - 1], KB = KeyBlock(head_dim), ld = ScoreRow(n_max);
+  float* s = scratch;       // [nq][ld]: scores, then exponentials
+  float* kb = s + nq * ld;  // [head_dim][KB]
+  float* vb = kb + static_cast<int64_t>(head_dim) * KB;  // [KB][head_dim]
+  const auto scale_v = hn::Set(d, scale);
+  // Scores, block by block of keys; a triple of queries none of whose keys reach the block skips it.
+  for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
+    const int64_t nb = std::min(KB, n_max - c0), padded = (nb + N - 1) / N * N;
+    for (int32_t dd = 0; dd < head_dim; ++dd) {
+      const float* src = kt + static_cast<int64_t>(dd) * ldk + c0;
+      float* dst = kb + static_cast<int64_t>(dd) * KB;
+      std::copy_n(src, nb, dst);
+      std::fill(dst + nb, dst + padded, 0.0f);
+    }
+    for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
+      const int count = std::min(kGroupQueries, nq - i0);
+      const int64_t keys = std::min(n[i0 + count - 1], c0 + nb) - c0;
+      if (keys <= 0) continue;
+      const float* qi = q + i0 * q_stride;
+      float* si = s + i0 * ld + c0;
+      ForGroup(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld); });
+    }
+  }
+  // Per query: m = max over [0, n_i), then e = exp(s - m) in place.
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + i * ld;
+    auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + N <= n[i]; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, si + j));
+    float m = -std::numeric_limits<float>::infinity();
+    for (; j < n[i]; ++j) m = ref::max_skip_nan(m, si[j]);
+    m = ReduceMaxSkipNaN(d, mv, m);
+    const auto m_v = hn::Set(d, m);
+    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, si + j), m_v)), d, si + j);
+    for (; j < n[i]; ++j) si[j] = ref::exp_f32(si[j] - m);
+  }
+  // l per query: the chain of e in increasing j, eight queries' chains interleaved (each alone
+  // waits an add's latency per step), then four, two, one for the rest.
+  float l_all[kMaxTileQueries];
+  const auto e_of = [&](float acc, int i, int64_t j) { return acc + s[i * ld + j]; };
+  int i0 = 0;
+  for (; i0 + 8 <= nq; i0 += 8)
+    Chains<8>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  for (; i0 + 4 <= nq; i0 += 4)
+    Chains<4>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  for (; i0 + 2 <= nq; i0 += 2)
+    Chains<2>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  for (; i0 < nq; ++i0)
+    Chains<1>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+  // Weighted sums, block by block of values.
+  for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
+    const int64_t c1 = std::min(n_max, c0 + KB);
+    for (int64_t j = c0; j < c1; ++j) std::copy_n(v + j * ldv, head_dim, vb + (j - c0) * head_dim);
+    for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
+      const int count = std::min(kGroupQueries, nq - i0);
+      if (n[i0 + count - 1] <= c0) continue;
+      const float* si = s + i0 * ld + c0;
+      float* oi = out + i0 * out_stride;
+      ForGroup(count, [&](auto qb) { BlockValues<decltype(qb)::value>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride); });
+    }
+  }
+  for (int i = 0; i < nq; ++i) {
+    float* o = out + i * out_stride;
+    const auto l_v = hn::Set(d, l_all[i]);
+    int32_t dd = 0;
+    for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
+    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l_all[i];
+  }
+}
+
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
                       const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
                       float* scratch) {
+  if (nq > kMaxTileQueries) {  // tiles of kMaxTileQueries (n ascending, so each tile's too)
+    for (int i0 = 0; i0 < nq; i0 += kMaxTileQueries)
+      AttentionQueries(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, ldk, v, ldv,
+                       head_dim, scale, out + i0 * out_stride, out_stride, scratch);
+    return;
+  }
+  if (nq > 3) return AttentionTile(q, q_stride, n, nq, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
   switch (nq) {
     case 3: return AttentionMulti<3>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
     case 2: return AttentionMulti<2>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
@@ -234,6 +412,7 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
+  k.attention_queries_scratch = &QueriesScratch;
 }
 
 #else
@@ -265,9 +444,12 @@ void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq
     Attention(q + i * q_stride, kt, ldk, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
 }
 
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t) { return nq * n_max; }
+
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
+  k.attention_queries_scratch = &QueriesScratch;
 }
 
 #endif

@@ -83,6 +83,9 @@ struct PackedMatrix {
   }
 };
 
+// The most queries attention_queries computes as one tile (more go in several tiles).
+constexpr int kMaxTileQueries = 64;
+
 struct Kernels {
   const char* name = "";    // the Highway target's name, or "portable"
   int64_t target = 0;       // the Highway target bit
@@ -119,15 +122,17 @@ struct Kernels {
   // kt[d * ldk + j]); values v [n, ldv]. scratch holds n floats.
   void (*attention)(const float* q, const float* kt, int64_t ldk, const float* v, int64_t ldv,
                     int64_t n, int32_t head_dim, float scale, float* out, float* scratch) = nullptr;
-  // ref::attention for nq <= 3 queries of one key/value head, query i (at q + i * q_stride)
-  // reading keys [0, n[i]) with n nondecreasing and every key below n[nq - 1] written (kt's rows
-  // hold ldk floats, all of which may be read; scores of the keys at or past n are discarded);
-  // outputs at
-  // out + i * out_stride. Sharing the loads of keys and values, each output has the bits of
-  // `attention` alone. scratch holds nq * n[nq - 1] floats.
+  // ref::attention for nq queries of one key/value head, query i (at q + i * q_stride)
+  // reading keys [0, n[i]) with 1 <= n[0] <= n[1] <= ... and every key below n[nq - 1] written
+  // (kt's rows hold ldk floats, all of which may be read; scores of the keys at or past n are
+  // discarded); outputs at out + i * out_stride. Sharing the loads of keys and values, each output
+  // has the bits of `attention` alone. Up to 3 queries share each key's loads; more (prefill's
+  // runs of positions) go in tiles of up to kMaxTileQueries that read the keys and values by
+  // blocks from L1. scratch holds attention_queries_scratch(nq, n[nq - 1], head_dim) floats.
   void (*attention_queries)(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
                             int64_t ldk, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
                             int64_t out_stride, float* scratch) = nullptr;
+  int64_t (*attention_queries_scratch)(int nq, int64_t n_max, int32_t head_dim) = nullptr;
   // ref::swiglu.
   void (*swiglu)(const float* gate, const float* up, float* h, int64_t n) = nullptr;
   // x[i] = x[i] + y[i] (the residual add).

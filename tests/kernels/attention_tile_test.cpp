@@ -1,0 +1,145 @@
+// Prefill's tiles of queries over long windows (attention_queries with more than three queries,
+// kernels/simd/attention.cpp) against ref::attention, with memcmp, for every SIMD target this
+// machine runs: windows T around the key blocks and vector widths up to 2053 keys, the head dims
+// of s256 (32) and l768 (64) and one that is neither (24), tiles of 4 to 100 queries (past
+// kMaxTileQueries, which splits), tiles starting anywhere (a cached prefix), equal and spread
+// lengths. The reference runs once per case and every target is compared with it; windows of
+// 1031 and 2053 compute three tiles each (the first, one from mid-window, the last), shorter ones
+// every tile of the window.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/ref/ops.hpp"
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+using simd::Kernels;
+
+// One window: keys and values as rows [T][stride] (the reference's layout), keys also transposed
+// [hd][ldk] (the fast path's cache), queries at q_stride, outputs at out_stride.
+struct Window {
+  int64_t T, ldk, stride, q_stride, out_stride;
+  int32_t hd;
+  std::vector<float> q, keys, values, kt;
+};
+
+Window make_window(int64_t T, int32_t hd, uint64_t seed) {
+  Window w{T, T + 3, hd + 5, hd + 2, hd + 1, hd, {}, {}, {}, {}};
+  w.q = test::random_floats(T * w.q_stride, seed);
+  w.keys = test::random_floats(T * w.stride, seed + 1);
+  w.values = test::random_floats(T * w.stride, seed + 2);
+  w.kt.assign(static_cast<size_t>(hd * w.ldk), 0.0f);
+  for (int64_t j = 0; j < T; ++j)
+    for (int32_t d = 0; d < hd; ++d) w.kt[static_cast<size_t>(d * w.ldk + j)] = w.keys[static_cast<size_t>(j * w.stride + d)];
+  return w;
+}
+
+// A tile: queries t0 .. t0 + n.size() - 1 (query rows of the window), query i reading n[i] keys.
+struct Tile {
+  int64_t t0;
+  std::vector<int64_t> n;
+};
+
+std::vector<float> reference(const Window& w, const Tile& tile) {
+  const int64_t nq = static_cast<int64_t>(tile.n.size());
+  std::vector<float> out(static_cast<size_t>(nq * w.out_stride), 0.0f), scores(static_cast<size_t>(w.T));
+  const float scale = ref::attention_scale<float>(w.hd);
+  for (int64_t i = 0; i < nq; ++i)
+    ref::attention(w.q.data() + (tile.t0 + i) * w.q_stride, w.keys.data(), w.values.data(), w.stride,
+                   tile.n[static_cast<size_t>(i)], w.hd, scale, out.data() + i * w.out_stride, scores.data());
+  return out;
+}
+
+std::vector<float> fast(const Kernels& k, const Window& w, const Tile& tile) {
+  const int nq = static_cast<int>(tile.n.size());
+  const int64_t n_max = tile.n.back();
+  std::vector<float> out(static_cast<size_t>(nq * w.out_stride), 0.0f);
+  // Scratch poisoned with NaN: nothing may read what it did not write.
+  std::vector<float> scratch(static_cast<size_t>(k.attention_queries_scratch(nq, n_max, w.hd)),
+                             std::bit_cast<float>(0x7fc00001u));
+  k.attention_queries(w.q.data() + tile.t0 * w.q_stride, w.q_stride, tile.n.data(), nq, w.kt.data(), w.ldk,
+                      w.values.data(), w.stride, w.hd, ref::attention_scale<float>(w.hd), out.data(), w.out_stride,
+                      scratch.data());
+  return out;
+}
+
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << what << ": first difference at " << i << ": " << got[i] << " vs reference " << want[i];
+}
+
+// The tiles of q queries covering positions [0, T) of a prefill (query t reads t + 1 keys), or,
+// for long windows, three of them: the first, one starting mid-window at an odd position, the last.
+std::vector<Tile> prefill_tiles(int64_t T, int q) {
+  std::vector<int64_t> starts;
+  if (T <= 257) {
+    for (int64_t t = 0; t < T; t += q) starts.push_back(t);
+  } else {
+    starts = {0, T / 2 - 5, std::max<int64_t>(0, T - q)};
+  }
+  std::vector<Tile> tiles;
+  for (int64_t t0 : starts) {
+    Tile tile{t0, {}};
+    for (int64_t t = t0; t < std::min(T, t0 + q); ++t) tile.n.push_back(t + 1);
+    tiles.push_back(tile);
+  }
+  return tiles;
+}
+
+TEST(AttentionTile, PrefillTilesOverLongWindowsEqualTheReference) {
+  const auto targets = simd::supported_kernels();
+  uint64_t seed = 4000;
+  for (int64_t T : {1, 7, 63, 64, 65, 257, 1031, 2053}) {
+    for (int32_t hd : {32, 64, 24}) {
+      const Window w = make_window(T, hd, seed);
+      seed += 3;
+      for (int q : {4, 5, 48, 64, 100}) {
+        if (T > 257 && q != 48 && hd != 64) continue;  // long windows: every tile size at hd 64 only
+        for (const Tile& tile : prefill_tiles(T, q)) {
+          const auto want = reference(w, tile);
+          for (const Kernels* k : targets)
+            expect_same(fast(*k, w, tile), want,
+                        std::string(k->name) + " T=" + std::to_string(T) + " hd=" + std::to_string(hd) +
+                            " tile of " + std::to_string(tile.n.size()) + " at " + std::to_string(tile.t0));
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionTile, EqualAndSpreadLengthsEqualTheReference) {
+  // Lengths not one apart: equal (the heads of a group at one position), spread by 2 to 100 keys
+  // (so that some queries' keys end blocks before others'), a tile whose first query reads 1 key.
+  const auto targets = simd::supported_kernels();
+  uint64_t seed = 5000;
+  for (int32_t hd : {32, 64, 40}) {
+    const Window w = make_window(700, hd, seed);
+    seed += 3;
+    const std::vector<std::vector<int64_t>> patterns = {
+        std::vector<int64_t>(6, 300), std::vector<int64_t>(9, 1), {1, 2, 70, 130, 131, 500, 699, 700},
+        {5, 100, 200, 300, 400}, {64, 64, 65, 128, 129, 129, 256}};
+    for (const auto& n : patterns) {
+      const Tile tile{0, n};
+      const auto want = reference(w, tile);
+      for (const Kernels* k : targets)
+        expect_same(fast(*k, w, tile), want,
+                    std::string(k->name) + " hd=" + std::to_string(hd) + " " + std::to_string(n.size()) +
+                        " queries up to " + std::to_string(n.back()) + " keys");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
