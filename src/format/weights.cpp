@@ -57,14 +57,15 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
   if (weight_format != kQ8Format && weight_format != kQ4Format && weight_format != "float32")
     refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8, q4)");
   const MappedFile file(path);
-  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format, q8_out, q4_out);
+  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format, q8_out, q4_out,
+                            &file);
 }
 
 std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded,
                                       const std::string& weight_format, Q8Matrices* q8_out,
-                                      Q4Matrices* q4_out) {
+                                      Q4Matrices* q4_out, const MappedFile* mapped) {
   const bool q4 = weight_format == kQ4Format;
   const bool q8 = weight_format == kQ8Format || q4;  // matrices packed, with `.scale` tensors
   if (!q8 && weight_format != "float32")
@@ -199,6 +200,13 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
       }
     } else {
       std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
+    }
+    if (mapped) {
+      mapped->drop({data + t.begin, static_cast<size_t>(t.end - t.begin)});
+      if (!want.scale_shape.empty()) {
+        const TensorEntry& st = *by_name.at(e.name + suffix);
+        mapped->drop({data + st.begin, static_cast<size_t>(st.end - st.begin)});
+      }
     }
     for (int64_t i = 0; i < e.count; ++i) {
       if (!std::isfinite(dst[i]))

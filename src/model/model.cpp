@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu_info.hpp"
@@ -91,21 +92,15 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   pool = options.pool;
   sha256 = sha256_f32_le(parameters);
   if (options.precision) precision = *options.precision;
-  if (precision == Precision::bf16) {
-    bf16_parameters.resize(parameters.size());
-    for (size_t i = 0; i < parameters.size(); ++i) bf16_parameters[i] = ref::round_bf16(parameters[i]);
-  }
   const size_t half = static_cast<size_t>(c.head_dim() / 2);
   rope_cos.resize(static_cast<size_t>(c.length) * half);
   rope_sin.resize(static_cast<size_t>(c.length) * half);
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
-  packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
-                              precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8,
-                              precision == Precision::bf16 ? nullptr : q4);
-  // The matrices the fast path reads packed as int8 need no f32 copy until someone asks.
-  auto release = [&](const simd::PackedMatrix& b, std::initializer_list<std::pair<int64_t, int64_t>> parts) {
-    if (!b.q8 && !b.q4) return;
+  // Each matrix packed (but bf16's, whose panels are rounded) gives back the whole pages of its
+  // f32 copy at once, before the next is read: loading holds one copy of the weights, not two.
+  auto release = [&](const simd::PackedMatrix& b, simd::PackedParts parts) {
+    if (b.bf16) return;
     int64_t column0 = 0;
     for (const auto& [offset, N] : parts) {
       const auto [lo, hi] = release_pages(parameters, offset, b.K * N);
@@ -113,30 +108,55 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
       column0 += N;
     }
   };
-  for (int32_t l = 0; l < config.n_layers; ++l) {
-    const ParameterRegistry::Layer& L = registry.layer(l);
-    const simd::PackedWeights::Layer& P = packed->layers[static_cast<size_t>(l)];
-    release(P.qkv, {{L.wq, config.q_dim()}, {L.wk, config.kv_dim()}, {L.wv, config.kv_dim()}});
-    release(P.wo, {{L.wo, config.d_model}});
-    release(P.gate_up, {{L.w_gate, config.d_ff}, {L.w_up, config.d_ff}});
-    release(P.w_down, {{L.w_down, config.d_model}});
-  }
-  release(packed->head, {{registry.head(), config.vocab_size}});
+  const bool bf16 = precision == Precision::bf16;
+  packed = simd::pack_weights(config, registry, parameters.data(), &choose_kernels(options.simd_target), bf16,
+                              bf16 ? nullptr : q8, bf16 ? nullptr : q4, release);
 }
-
 
 const std::vector<float>& Model::Impl::full_parameters() const {
   if (released.empty()) return parameters;
   std::call_once(restore_once, [this] {
     for (const Released& r : released) {
       const simd::PackedMatrix& b = *r.packed;
-      for (int64_t i = r.begin; i < r.end; ++i) {
-        const int64_t k = (i - r.offset) / r.N, col = r.column0 + (i - r.offset) % r.N;
-        parameters[static_cast<size_t>(i)] = b.weight(k, col);
+      // Row by row: elements [begin, end) are parameters[offset + k N + n], column column0 + n.
+      for (int64_t i = r.begin; i < r.end;) {
+        const int64_t k = (i - r.offset) / r.N, n0 = (i - r.offset) % r.N;
+        const int64_t n1 = std::min(r.N, n0 + (r.end - i));
+        float* dst = parameters.data() + i;
+        for (int64_t n = n0; n < n1; ++n) dst[n - n0] = b.weight(k, r.column0 + n);
+        i += n1 - n0;
       }
     }
+    restored.store(true, std::memory_order_release);
   });
   return parameters;
+}
+
+const std::vector<float>& Model::Impl::bf16_weights() const {
+  std::call_once(bf16_once, [this] {
+    const std::vector<float>& p = full_parameters();
+    bf16_parameters.resize(p.size());
+    for (size_t i = 0; i < p.size(); ++i) bf16_parameters[i] = ref::round_bf16(p[i]);
+    bf16_made.store(true, std::memory_order_release);
+  });
+  return bf16_parameters;
+}
+
+size_t Model::Impl::resident_weight_bytes() const {
+  size_t bytes = parameters.size() * sizeof(float);
+  if (bf16_made.load(std::memory_order_acquire)) bytes += bf16_parameters.size() * sizeof(float);
+  // Released pages hold nothing until full_parameters() restores them.
+  if (!restored.load(std::memory_order_acquire))
+    for (const Released& r : released) bytes -= static_cast<size_t>(r.end - r.begin) * sizeof(float);
+  auto add = [&](const simd::PackedMatrix& m) { bytes += m.bytes(); };
+  for (const auto& L : packed->layers) {
+    add(L.qkv);
+    add(L.wo);
+    add(L.gate_up);
+    add(L.w_down);
+  }
+  add(packed->head);
+  return bytes;
 }
 
 ThreadPool& Model::Impl::thread_pool() const {

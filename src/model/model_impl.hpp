@@ -1,6 +1,7 @@
 // What a loaded model holds. Immutable after construction except for the lazily made pool.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,14 +56,20 @@ class ScratchLease {
 struct Model::Impl {
   ModelConfig config;
   ParameterRegistry registry;
-  // f32, registry order, as given or expanded. For a q8 (or q4) model computing from its packed matrices
-  // (PackedMatrix::q8), the whole pages of those matrices (but `embed`, which the fast path looks
-  // rows up in) are given back to the system after packing, so the process holds about a quarter
-  // of the f32 bytes; full_parameters() expands them again, from the packed form, when something
-  // asks (the reference path, parameters(), a trainer). Read matrices only through it.
+  // f32, registry order, as given or expanded. Under precision f32 every matrix the fast path
+  // reads packed (f32 panels hold the very values; q8/q4 panels give them as float(q) * scale)
+  // has its whole pages given back to the system as it is packed, so the process holds the packed
+  // form, `embed` (which the fast path looks rows up in) and the norms: about the f32 bytes for an
+  // f32 model, a quarter for q8. full_parameters() expands them again, from the panels, bit for
+  // bit, when something asks (the reference path, parameters(), a trainer). Under bf16 the panels
+  // are rounded and cannot give the f32 values back, so nothing is released. Read matrices only
+  // through full_parameters().
   mutable std::vector<float> parameters;
-  // The weights the matmuls read: `parameters` itself for f32, a copy rounded to bf16 for bf16.
-  std::vector<float> bf16_parameters;
+  // bf16: the parameters rounded to bf16 (what the reference path's matmuls read), made on first
+  // use from `parameters`; the fast path reads the packed 16-bit halves instead.
+  mutable std::vector<float> bf16_parameters;
+  mutable std::once_flag bf16_once;
+  mutable std::atomic<bool> bf16_made{false};
   std::string sha256;
   Precision precision = Precision::f32;
   std::string weight_format = "float32";
@@ -83,8 +90,12 @@ struct Model::Impl {
        const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr);
 
   const float* matmul_weights() const {
-    return precision == Precision::bf16 ? bf16_parameters.data() : full_parameters().data();
+    return precision == Precision::bf16 ? bf16_weights().data() : full_parameters().data();
   }
+  const std::vector<float>& bf16_weights() const;  // bf16_parameters, made once, thread-safely
+  // Bytes of weights this model holds now: `parameters`' pages not given back, the bf16 copy
+  // once made, and the packed panels with their scales. What a served model costs in memory.
+  size_t resident_weight_bytes() const;
   // `parameters` with every value there (expanding released matrices once, thread-safely).
   const std::vector<float>& full_parameters() const;
   // The released page ranges of `parameters` (element offsets) and where they are packed.
@@ -96,6 +107,7 @@ struct Model::Impl {
   };
   std::vector<Released> released;
   mutable std::once_flag restore_once;
+  mutable std::atomic<bool> restored{false};
   ThreadPool& thread_pool() const;
   // Threads a call runs with: its own request, else the model's default, else the pool's size.
   int threads_for(const CallOptions& call) const;

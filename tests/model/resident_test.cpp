@@ -1,0 +1,205 @@
+// What a loaded model holds in memory. An f32 model keeps one copy of its weights: each matrix's
+// f32 pages are given back as it is packed, and expanded again from the panels, bit for bit, when
+// the reference path, parameters() or a trainer asks (for every SIMD target this machine runs).
+// bf16 keeps its f32 parameters (its panels are rounded) and no eager rounded copy. Loading from
+// a file peaks near one copy of the weights too (Linux: VmHWM, reset through clear_refs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/sha256.hpp"
+#include "format/atomic_write.hpp"
+#include "format/model_json.hpp"
+#include "format/weights.hpp"
+#include "kernels/simd/packed_weights.hpp"
+#include "lockstep/format.hpp"
+#include "lockstep/model.hpp"
+#include "lockstep/trainer.hpp"
+#include "model/model_impl.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig mid_config() {  // ~1.2 M parameters (4.8 MB), widths off the panel widths
+  ModelConfig c;
+  c.vocab_size = 1000;
+  c.length = 24;
+  c.d_model = 192;
+  c.n_layers = 2;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.d_ff = 520;
+  c.batch = 2;
+  return c;
+}
+
+size_t weight_bytes(const ModelConfig& c) { return static_cast<size_t>(ParameterRegistry(c).total()) * sizeof(float); }
+
+// Bytes a packed copy adds over the flat matrices: panel padding, and the pages at the edges of
+// each matrix that it shares with its neighbours (never given back).
+size_t packing_slack(const simd::PackedWeights& pw) {
+  size_t slack = 0;
+  auto add = [&](const simd::PackedMatrix& m) {
+    slack += static_cast<size_t>((m.panels * m.panel - m.N) * m.K) * sizeof(float) + 3 * 4096;
+  };
+  for (const auto& L : pw.layers) {
+    add(L.qkv);
+    add(L.wo);
+    add(L.gate_up);
+    add(L.w_down);
+  }
+  add(pw.head);
+  return slack;
+}
+
+TEST(Resident, F32ModelHoldsOneCopyOfItsWeights) {
+  const ModelConfig c = mid_config();
+  const auto model = Model::from_parameters(c, init_parameters(c, 3));
+  const Model::Impl& m = model->impl();
+  ASSERT_FALSE(m.released.empty());
+  const size_t bound = weight_bytes(c) + packing_slack(*m.packed);
+  EXPECT_LE(m.resident_weight_bytes(), bound) << "weights " << weight_bytes(c);
+  // Nearly every matrix byte is given back (all but the pages at the matrices' edges).
+  size_t released = 0;
+  for (const auto& r : m.released) released += static_cast<size_t>(r.end - r.begin) * sizeof(float);
+  const size_t embed_and_norms = (static_cast<size_t>(c.vocab_size) + 2 * c.n_layers + 1) * c.d_model * sizeof(float);
+  const size_t matrices = weight_bytes(c) - embed_and_norms;
+  EXPECT_GE(released, matrices - packing_slack(*m.packed));
+  // Asking for the parameters brings the second copy back (what the reference path reads).
+  const size_t before = m.resident_weight_bytes();
+  (void)model->parameters();
+  EXPECT_EQ(m.resident_weight_bytes(), before + released);
+}
+
+TEST(Resident, Bf16ModelHoldsItsParametersAndHalfWidthPanelsOnly) {
+  const ModelConfig c = mid_config();
+  ModelOptions o;
+  o.precision = Precision::bf16;
+  const auto model = Model::from_parameters(c, init_parameters(c, 3), o);
+  const Model::Impl& m = model->impl();
+  EXPECT_TRUE(m.released.empty());  // rounded panels cannot give the f32 values back
+  EXPECT_LE(m.resident_weight_bytes(), weight_bytes(c) * 3 / 2 + packing_slack(*m.packed));
+  // The reference path makes the rounded copy on first use, and agrees with the fast path.
+  const auto ids = test::random_ids(c.length, c.vocab_size, 11);
+  const auto fast = model->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 2});
+  const auto ref = model->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt});
+  EXPECT_TRUE(test::same_bits(fast, ref));
+  EXPECT_GT(m.resident_weight_bytes(), weight_bytes(c) * 2);
+}
+
+// Released matrices come back with the very bits, whichever asks first, on every target: the
+// reference path, parameters() (memcmp with the given values) or a trainer made from the model
+// (its loss and updated parameters equal a trainer given the values directly).
+TEST(Resident, F32ExpansionGivesTheOriginalBitsOnEveryTarget) {
+  const ModelConfig c = mid_config();
+  const std::vector<float> params = init_parameters(c, 4);
+  const auto ids = test::random_ids(c.length, c.vocab_size, 12);
+  const auto batch = test::random_ids(static_cast<int64_t>(c.batch) * (c.length + 1), c.vocab_size, 13);
+  Trainer direct(c, params);
+  const uint32_t want_loss = direct.train_step({batch.data(), c.batch, c.length + 1});
+  std::vector<float> want;
+  for (const std::string& target : simd_targets()) {
+    for (const int first : {0, 1, 2}) {
+      ModelOptions o;
+      o.simd_target = target;
+      const auto model = Model::from_parameters(c, params, o);
+      ASSERT_FALSE(model->impl().released.empty()) << target;
+      const auto fast = model->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 3});
+      if (want.empty()) want = fast;
+      ASSERT_TRUE(test::same_bits(fast, want)) << target;
+      if (first == 0) {
+        EXPECT_TRUE(test::same_bits(model->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt}),
+                                    want))
+            << target;
+      } else if (first == 2) {
+        Trainer t(c, model->parameters());
+        EXPECT_EQ(t.train_step({batch.data(), c.batch, c.length + 1}), want_loss) << target;
+        EXPECT_TRUE(test::same_bits(t.parameters(), direct.parameters())) << target;
+      }
+      const std::span<const float> got = model->parameters();
+      ASSERT_EQ(got.size(), params.size());
+      EXPECT_EQ(std::memcmp(got.data(), params.data(), params.size() * sizeof(float)), 0) << target << " " << first;
+      EXPECT_EQ(model->parameters_sha256(), sha256_f32_le(params));
+      EXPECT_TRUE(test::same_bits(model->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 2}), want)) << target;
+    }
+  }
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LOCKSTEP_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LOCKSTEP_UNDER_SANITIZER 1
+#endif
+#endif
+
+// kB from /proc/self/status ("VmRSS", "VmHWM"), -1 when not there.
+int64_t status_kb(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  return -1;
+}
+
+// A served f32 model (loaded from its directory, as `lockstep serve` does) adds about its weight
+// bytes to the process, and loading peaks there too: not the mapped file plus a flat copy plus
+// the panels.
+TEST(Resident, LoadingAnF32ModelPeaksNearOneCopyOfItsWeights) {
+#ifdef LOCKSTEP_UNDER_SANITIZER
+  GTEST_SKIP() << "resident set sizes mean nothing under a sanitizer";
+#else
+  ModelConfig c;  // ~9 M parameters (36 MB)
+  c.vocab_size = 2048;
+  c.length = 32;
+  c.d_model = 384;
+  c.n_layers = 4;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.d_ff = 1024;
+  c.batch = 1;
+  test::TempDir tmp;
+  const std::string dir = tmp / "m";
+  {
+    const std::vector<float> params = init_parameters(c, 5);
+    fs::create_directories(dir);
+    format::write_weights(dir + "/" + format::kWeightsFile, c, params);
+    format::ModelDescription d;
+    d.config = c;
+    d.profile = profile_name();
+    d.weights = {format::kWeightsFile, "float32", sha256_f32_le(params)};
+    format::write_file_synced(dir + "/model.json", format::render_model_json(d));
+  }
+  if (status_kb("VmHWM") < 0) {
+    GTEST_SKIP() << "no /proc/self/status here";
+  }
+  const int64_t before = status_kb("VmRSS");
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";  // VmHWM := VmRSS
+  }
+  const bool peak_reset = status_kb("VmHWM") <= before + 1024;
+  const auto model = Model::load(dir);
+  const int64_t after = status_kb("VmRSS"), peak = status_kb("VmHWM");
+  const int64_t weights_kb = static_cast<int64_t>(weight_bytes(c) / 1024);
+  // Slack: the panels' padding and shared edge pages, the largest matrix (packed before its f32
+  // pages go), the rope tables and the allocator's and the loader's small change.
+  const int64_t largest = static_cast<int64_t>(2 * c.d_model * c.d_ff) * 4 / 1024;
+  const int64_t slack = static_cast<int64_t>(packing_slack(*model->impl().packed) / 1024) + largest + 4 * 1024;
+  EXPECT_LE(after - before, weights_kb + slack) << "weights " << weights_kb << " kB";
+  EXPECT_LE(static_cast<int64_t>(model->impl().resident_weight_bytes() / 1024), weights_kb + slack);
+  if (peak_reset) {
+    EXPECT_LE(peak - before, weights_kb + slack) << "weights " << weights_kb << " kB";
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace lockstep
