@@ -1,11 +1,9 @@
 // Building and loading models; the accessors of lockstep/model.hpp.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "core/cpu_info.hpp"
+#include "core/pages.hpp"
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
 #include "format/model_json.hpp"
@@ -57,40 +55,29 @@ void check_threads(int threads, bool zero_ok) {
 
 }  // namespace
 
-namespace {
-
-// Gives back the whole pages of parameters [offset, offset + count) (zero-filled when next touched);
-// returns the element range released (empty when no whole page lies inside).
-std::pair<int64_t, int64_t> release_pages(std::vector<float>& parameters, int64_t offset, int64_t count) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t base = reinterpret_cast<uintptr_t>(parameters.data());
-  const uintptr_t lo = (base + static_cast<uintptr_t>(offset) * sizeof(float) + page - 1) / page * page;
-  const uintptr_t hi = (base + static_cast<uintptr_t>(offset + count) * sizeof(float)) / page * page;
-  if (hi <= lo) return {0, 0};
-  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return {0, 0};
-  return {static_cast<int64_t>((lo - base) / sizeof(float)), static_cast<int64_t>((hi - base) / sizeof(float))};
-}
-
-}  // namespace
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  const format::Q8Matrices* q8, const format::Q4Matrices* q4)
+                  const format::Q8Matrices* q8, const format::Q4Matrices* q4, const std::string* read_sha256)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
                                                  std::to_string(registry.total()) + "], got " +
                                                  std::to_string(parameters.size()) + " values");
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (!std::isfinite(parameters[i]))
-      throw Error(ErrorKind::invalid_argument,
-                  "parameters must be finite; element " + std::to_string(i) + " is " +
-                      std::to_string(parameters[i]));
+  if (read_sha256) {
+    sha256 = *read_sha256;  // read_weights checked every value and the digest
+  } else {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!std::isfinite(parameters[i]))
+        throw Error(ErrorKind::invalid_argument,
+                    "parameters must be finite; element " + std::to_string(i) + " is " +
+                        std::to_string(parameters[i]));
+    }
+    sha256 = sha256_f32_le(parameters);
   }
   check_threads(options.threads, true);
   device = options.device;
   threads = options.threads;
   pool = options.pool;
-  sha256 = sha256_f32_le(parameters);
   if (options.precision) precision = *options.precision;
   const size_t half = static_cast<size_t>(c.head_dim() / 2);
   rope_cos.resize(static_cast<size_t>(c.length) * half);
@@ -100,10 +87,13 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   // Each matrix packed (but bf16's, whose panels are rounded) gives back the whole pages of its
   // f32 copy at once, before the next is read: loading holds one copy of the weights, not two.
   auto release = [&](const simd::PackedMatrix& b, simd::PackedParts parts) {
+    // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
+    if (read_sha256 && !b.q8 && !b.q4)
+      throw Error(ErrorKind::internal, "a matrix given back at read was packed from its f32 values");
     if (b.bf16) return;
     int64_t column0 = 0;
     for (const auto& [offset, N] : parts) {
-      const auto [lo, hi] = release_pages(parameters, offset, b.K * N);
+      const auto [lo, hi] = release_float_pages(parameters.data(), offset, b.K * N);
       if (lo < hi) released.push_back({lo, hi, &b, column0, offset, N});
       column0 += N;
     }
@@ -206,11 +196,18 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   // directory), refused with LS-LOAD-001 when that file has changed.
   format::Q8Matrices q8;
   format::Q4Matrices q4;
-  std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
-                                                   d.config, weights->sha256, d.loaded, weights->format, &q8, &q4);
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
-  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8, &q4);
+  // A q8/q4 file computed in f32 with no :load parameters has every matrix packed from its
+  // packed form, so its expanded pages can go as soon as they are checked and hashed: loading
+  // never holds the f32 copy of the matrices.
+  const bool give_back = (weights->format == format::kQ8Format || weights->format == format::kQ4Format) &&
+                         *model_options.precision == Precision::f32 && d.loaded.empty();
+  std::vector<float> params =
+      format::read_weights(resolved.model_dir + "/" + weights->file, d.config, weights->sha256, d.loaded,
+                           weights->format, &q8, &q4, give_back);
+  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8, &q4,
+                                     give_back ? &weights->sha256 : nullptr);
   q8.clear();
   q4.clear();
   impl->source = d.source;

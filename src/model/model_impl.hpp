@@ -86,8 +86,11 @@ struct Model::Impl {
 
   // `q8`: the int8 values and scales `params` were expanded from (a q8 model's file); under
   // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8).
+  // `read_sha256`: `params` come from read_weights(give_back_packed), checked and hashed to it
+  // there, the pages of their q8/q4 matrices already given back.
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-       const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr);
+       const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr,
+       const std::string* read_sha256 = nullptr);
 
   const float* matmul_weights() const {
     return precision == Precision::bf16 ? bf16_weights().data() : full_parameters().data();

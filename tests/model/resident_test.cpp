@@ -4,6 +4,9 @@
 // bf16 keeps its f32 parameters (its panels are rounded) and no eager rounded copy. Loading from
 // a file peaks near one copy of the weights too (Linux: VmHWM, reset through clear_refs).
 #include <gtest/gtest.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -149,14 +152,8 @@ int64_t status_kb(const std::string& key) {
   return -1;
 }
 
-// A served f32 model (loaded from its directory, as `lockstep serve` does) adds about its weight
-// bytes to the process, and loading peaks there too: not the mapped file plus a flat copy plus
-// the panels.
-TEST(Resident, LoadingAnF32ModelPeaksNearOneCopyOfItsWeights) {
-#ifdef LOCKSTEP_UNDER_SANITIZER
-  GTEST_SKIP() << "resident set sizes mean nothing under a sanitizer";
-#else
-  ModelConfig c;  // ~9 M parameters (36 MB)
+ModelConfig rss_config() {  // ~9 M parameters (36 MB as f32)
+  ModelConfig c;
   c.vocab_size = 2048;
   c.length = 32;
   c.d_model = 384;
@@ -165,38 +162,115 @@ TEST(Resident, LoadingAnF32ModelPeaksNearOneCopyOfItsWeights) {
   c.n_kv_heads = 4;
   c.d_ff = 1024;
   c.batch = 1;
-  test::TempDir tmp;
-  const std::string dir = tmp / "m";
-  {
-    const std::vector<float> params = init_parameters(c, 5);
-    fs::create_directories(dir);
-    format::write_weights(dir + "/" + format::kWeightsFile, c, params);
-    format::ModelDescription d;
-    d.config = c;
-    d.profile = profile_name();
-    d.weights = {format::kWeightsFile, "float32", sha256_f32_le(params)};
-    format::write_file_synced(dir + "/model.json", format::render_model_json(d));
+  return c;
+}
+
+// Writes a model directory of `c` stored as `storage` ("float32", "q8" or "q4").
+void write_model(const std::string& dir, const ModelConfig& c, const std::string& storage) {
+  const std::vector<float> params = init_parameters(c, 5);
+  fs::create_directories(dir);
+  const std::string file = dir + "/" + format::kWeightsFile;
+  std::string sha;
+  if (storage == "q8") {
+    sha = sha256_f32_le(format::write_weights_q8(file, c, params));
+  } else if (storage == "q4") {
+    sha = sha256_f32_le(format::write_weights_q4(file, c, params));
+  } else {
+    format::write_weights(file, c, params);
+    sha = sha256_f32_le(params);
   }
-  if (status_kb("VmHWM") < 0) {
-    GTEST_SKIP() << "no /proc/self/status here";
-  }
+  format::ModelDescription d;
+  d.config = c;
+  d.profile = profile_name();
+  d.weights = {format::kWeightsFile, storage, sha};
+  format::write_file_synced(dir + "/model.json", format::render_model_json(d));
+}
+
+// Gives the allocator's free memory back to the system (glibc keeps freed blocks below its mmap
+// threshold, which would count in VmRSS as memory still held).
+void trim_heap() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+// What loading `dir` adds to the process: VmRSS once loaded and VmHWM (its peak, when the
+// system lets clear_refs reset it; else -1), in kB over VmRSS before.
+struct LoadCost {
+  std::shared_ptr<const Model> model;
+  int64_t added_kb = 0, peak_kb = -1;
+};
+LoadCost load_cost(const std::string& dir) {
+  LoadCost cost;
+  trim_heap();
   const int64_t before = status_kb("VmRSS");
   {
     std::ofstream reset("/proc/self/clear_refs");
     reset << "5";  // VmHWM := VmRSS
   }
   const bool peak_reset = status_kb("VmHWM") <= before + 1024;
-  const auto model = Model::load(dir);
-  const int64_t after = status_kb("VmRSS"), peak = status_kb("VmHWM");
+  cost.model = Model::load(dir);
+  trim_heap();
+  cost.added_kb = status_kb("VmRSS") - before;
+  if (peak_reset) cost.peak_kb = status_kb("VmHWM") - before;
+  return cost;
+}
+
+// A served f32 model (loaded from its directory, as `lockstep serve` does) adds about its weight
+// bytes to the process, and loading peaks there too: not the mapped file plus a flat copy plus
+// the panels.
+TEST(Resident, LoadingAnF32ModelPeaksNearOneCopyOfItsWeights) {
+#ifdef LOCKSTEP_UNDER_SANITIZER
+  GTEST_SKIP() << "resident set sizes mean nothing under a sanitizer";
+#else
+  if (status_kb("VmHWM") < 0) {
+    GTEST_SKIP() << "no /proc/self/status here";
+  }
+  const ModelConfig c = rss_config();
+  test::TempDir tmp;
+  write_model(tmp / "m", c, "float32");
+  const LoadCost cost = load_cost(tmp / "m");
   const int64_t weights_kb = static_cast<int64_t>(weight_bytes(c) / 1024);
   // Slack: the panels' padding and shared edge pages, the largest matrix (packed before its f32
   // pages go), the rope tables and the allocator's and the loader's small change.
   const int64_t largest = static_cast<int64_t>(2 * c.d_model * c.d_ff) * 4 / 1024;
-  const int64_t slack = static_cast<int64_t>(packing_slack(*model->impl().packed) / 1024) + largest + 4 * 1024;
-  EXPECT_LE(after - before, weights_kb + slack) << "weights " << weights_kb << " kB";
-  EXPECT_LE(static_cast<int64_t>(model->impl().resident_weight_bytes() / 1024), weights_kb + slack);
-  if (peak_reset) {
-    EXPECT_LE(peak - before, weights_kb + slack) << "weights " << weights_kb << " kB";
+  const int64_t slack = static_cast<int64_t>(packing_slack(*cost.model->impl().packed) / 1024) + largest + 4 * 1024;
+  EXPECT_LE(cost.added_kb, weights_kb + slack) << "weights " << weights_kb << " kB";
+  EXPECT_LE(static_cast<int64_t>(cost.model->impl().resident_weight_bytes() / 1024), weights_kb + slack);
+  if (cost.peak_kb >= 0) {
+    EXPECT_LE(cost.peak_kb, weights_kb + slack) << "weights " << weights_kb << " kB";
+  }
+#endif
+}
+
+// A q8 or q4 model never holds the f32 copy of its packed matrices, not even while loading: it
+// peaks near its packed bytes twice (the file's values read, and the panels made from them) plus
+// the f32 embedding, and then holds its panels and the embedding.
+TEST(Resident, LoadingAPackedModelNeverHoldsItsF32Matrices) {
+#ifdef LOCKSTEP_UNDER_SANITIZER
+  GTEST_SKIP() << "resident set sizes mean nothing under a sanitizer";
+#else
+  if (status_kb("VmHWM") < 0) {
+    GTEST_SKIP() << "no /proc/self/status here";
+  }
+  const ModelConfig c = rss_config();
+  for (const std::string storage : {"q8", "q4"}) {
+    test::TempDir tmp;
+    write_model(tmp / "m", c, storage);
+    const LoadCost cost = load_cost(tmp / "m");
+    const Model::Impl& m = cost.model->impl();
+    size_t packed = m.packed->head.bytes();
+    for (const auto& L : m.packed->layers) packed += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
+    const int64_t embed_kb = static_cast<int64_t>(c.vocab_size) * c.d_model * 4 / 1024;
+    const int64_t packed_kb = static_cast<int64_t>(packed / 1024), slack = 4 * 1024;
+    EXPECT_LE(cost.added_kb, packed_kb + embed_kb + slack) << storage;
+    EXPECT_LE(static_cast<int64_t>(m.resident_weight_bytes() / 1024), packed_kb + embed_kb + slack) << storage;
+    if (cost.peak_kb >= 0) {
+      EXPECT_LE(cost.peak_kb, 2 * packed_kb + embed_kb + slack)
+          << storage << ": f32 weights " << weight_bytes(c) / 1024 << " kB";
+    }
+    // And the expansion on demand still gives the written model's values.
+    EXPECT_EQ(sha256_f32_le(cost.model->parameters()), cost.model->parameters_sha256()) << storage;
   }
 #endif
 }
