@@ -13,5 +13,7 @@ namespace lockstep {
 // returns the element range [first, last) given back, relative to `base`, empty when no whole
 // page lies inside or the system refused. Two calls with the same arguments give the same range.
 std::pair<int64_t, int64_t> release_float_pages(float* base, int64_t offset, int64_t count) noexcept;
+// The range release_float_pages would give back, giving back nothing.
+std::pair<int64_t, int64_t> whole_float_pages(const float* base, int64_t offset, int64_t count) noexcept;
 
 }  // namespace lockstep

@@ -1,6 +1,8 @@
 // Building and loading models; the accessors of lockstep/model.hpp.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <tuple>
 
 #include "core/cpu_info.hpp"
 #include "core/pages.hpp"
@@ -84,17 +86,27 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   rope_sin.resize(static_cast<size_t>(c.length) * half);
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
-  // Each matrix packed (but bf16's, whose panels are rounded) gives back the whole pages of its
-  // f32 copy at once, before the next is read: loading holds one copy of the weights, not two.
+  // Each matrix packed gives back the whole pages of its f32 copy at once, before the next is
+  // read: loading holds one copy of the weights, not two. bf16 panels hold the values rounded, so
+  // their low halves are kept first (Released::low).
   auto release = [&](const simd::PackedMatrix& b, simd::PackedParts parts) {
     // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
     if (read_sha256 && !b.q8 && !b.q4)
       throw Error(ErrorKind::internal, "a matrix given back at read was packed from its f32 values");
-    if (b.bf16) return;
     int64_t column0 = 0;
     for (const auto& [offset, N] : parts) {
-      const auto [lo, hi] = release_float_pages(parameters.data(), offset, b.K * N);
-      if (lo < hi) released.push_back({lo, hi, &b, column0, offset, N});
+      Released r{0, 0, &b, column0, offset, N, {}, {}};
+      if (b.bf16) {  // the low halves first, from the values about to be given back
+        const auto [lo, hi] = whole_float_pages(parameters.data(), offset, b.K * N);
+        r.low.resize(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
+        for (int64_t i = lo; i < hi; ++i) {
+          const uint32_t u = std::bit_cast<uint32_t>(parameters[static_cast<size_t>(i)]);
+          r.low[static_cast<size_t>(i - lo)] = static_cast<uint16_t>(u & 0xffffu);
+          if ((u & 0xffffu) == 0x8000u && ((u >> 16) & 1u)) r.ties_up.push_back(i);
+        }
+      }
+      std::tie(r.begin, r.end) = release_float_pages(parameters.data(), offset, b.K * N);
+      if (r.begin < r.end) released.push_back(std::move(r));
       column0 += N;
     }
   };
@@ -114,6 +126,15 @@ const std::vector<float>& Model::Impl::full_parameters() const {
         const int64_t n1 = std::min(r.N, n0 + (r.end - i));
         float* dst = parameters.data() + i;
         for (int64_t n = n0; n < n1; ++n) dst[n - n0] = b.weight(k, r.column0 + n);
+        if (b.bf16) {
+          for (int64_t n = n0; n < n1; ++n) {
+            const int64_t at = i + (n - n0);
+            const uint32_t low = r.low[static_cast<size_t>(at - r.begin)];
+            const bool up = low > 0x8000u || (low == 0x8000u && std::binary_search(r.ties_up.begin(), r.ties_up.end(), at));
+            const uint32_t rounded = std::bit_cast<uint32_t>(dst[n - n0]);
+            dst[n - n0] = std::bit_cast<float>(rounded - (up ? 0x10000u : 0u) + low);
+          }
+        }
         i += n1 - n0;
       }
     }
@@ -136,8 +157,10 @@ size_t Model::Impl::resident_weight_bytes() const {
   size_t bytes = parameters.size() * sizeof(float);
   if (bf16_made.load(std::memory_order_acquire)) bytes += bf16_parameters.size() * sizeof(float);
   // Released pages hold nothing until full_parameters() restores them.
-  if (!restored.load(std::memory_order_acquire))
-    for (const Released& r : released) bytes -= static_cast<size_t>(r.end - r.begin) * sizeof(float);
+  for (const Released& r : released) {
+    bytes += r.low.size() * sizeof(uint16_t) + r.ties_up.size() * sizeof(int64_t);
+    if (!restored.load(std::memory_order_acquire)) bytes -= static_cast<size_t>(r.end - r.begin) * sizeof(float);
+  }
   auto add = [&](const simd::PackedMatrix& m) { bytes += m.bytes(); };
   for (const auto& L : packed->layers) {
     add(L.qkv);

@@ -56,14 +56,14 @@ class ScratchLease {
 struct Model::Impl {
   ModelConfig config;
   ParameterRegistry registry;
-  // f32, registry order, as given or expanded. Under precision f32 every matrix the fast path
+  // f32, registry order, as given or expanded. Every matrix the fast path
   // reads packed (f32 panels hold the very values; q8/q4 panels give them as float(q) * scale)
   // has its whole pages given back to the system as it is packed, so the process holds the packed
   // form, `embed` (which the fast path looks rows up in) and the norms: about the f32 bytes for an
   // f32 model, a quarter for q8. full_parameters() expands them again, from the panels, bit for
-  // bit, when something asks (the reference path, parameters(), a trainer). Under bf16 the panels
-  // are rounded and cannot give the f32 values back, so nothing is released. Read matrices only
-  // through full_parameters().
+  // bit, when something asks (the reference path, parameters(), a trainer). bf16 panels are
+  // rounded: their matrices keep the low 16 bits of each value beside them (Released::low), so
+  // that a bf16 model too holds about the f32 bytes. Read matrices only through full_parameters().
   mutable std::vector<float> parameters;
   // bf16: the parameters rounded to bf16 (what the reference path's matmuls read), made on first
   // use from `parameters`; the fast path reads the packed 16-bit halves instead.
@@ -107,6 +107,12 @@ struct Model::Impl {
     const simd::PackedMatrix* packed;
     int64_t column0;     // the matrix's first column in `packed`
     int64_t offset, N;   // the matrix: parameters[offset + k N + n]
+    // bf16 panels hold each value rounded (ref::round_bf16): the f32 value is the panel's bits
+    // plus its low 16 bits kept here, less one bf16 step where the rounding went up. That is
+    // known from the low bits but at a tie (low bits 0x8000), where `ties_up` lists the
+    // elements (ascending) that went up. Empty for f32, q8 and q4 panels, which hold the values.
+    std::vector<uint16_t> low;  // [end - begin]
+    std::vector<int64_t> ties_up;
   };
   std::vector<Released> released;
   mutable std::once_flag restore_once;

@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -81,20 +82,46 @@ TEST(Resident, F32ModelHoldsOneCopyOfItsWeights) {
   EXPECT_EQ(m.resident_weight_bytes(), before + released);
 }
 
-TEST(Resident, Bf16ModelHoldsItsParametersAndHalfWidthPanelsOnly) {
+// bf16 panels are rounded; the low halves kept beside them give the f32 values back, ties
+// included (low bits 0x8000, rounded up or down by the parity of the bits above).
+TEST(Resident, Bf16ModelHoldsOneCopyOfItsWeightsAndExpandsThemBitForBit) {
   const ModelConfig c = mid_config();
-  ModelOptions o;
-  o.precision = Precision::bf16;
-  const auto model = Model::from_parameters(c, init_parameters(c, 3), o);
-  const Model::Impl& m = model->impl();
-  EXPECT_TRUE(m.released.empty());  // rounded panels cannot give the f32 values back
-  EXPECT_LE(m.resident_weight_bytes(), weight_bytes(c) * 3 / 2 + packing_slack(*m.packed));
-  // The reference path makes the rounded copy on first use, and agrees with the fast path.
+  std::vector<float> params = init_parameters(c, 3);
+  const ParameterRegistry reg(c);
+  const int64_t wq = reg.layer(0).wq, head = reg.head();
+  for (int64_t i = 0; i < 4096; i += 2) {  // ties both ways, and values that round up and down
+    params[static_cast<size_t>(wq + i)] = std::bit_cast<float>(0x3c218000u + (static_cast<uint32_t>(i) << 16));
+    params[static_cast<size_t>(wq + i + 1)] = std::bit_cast<float>(0xbc21ffffu - (static_cast<uint32_t>(i) << 15));
+    params[static_cast<size_t>(head + i)] = std::bit_cast<float>(0x3b808000u + static_cast<uint32_t>(i));
+  }
   const auto ids = test::random_ids(c.length, c.vocab_size, 11);
-  const auto fast = model->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 2});
-  const auto ref = model->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt});
-  EXPECT_TRUE(test::same_bits(fast, ref));
-  EXPECT_GT(m.resident_weight_bytes(), weight_bytes(c) * 2);
+  std::vector<float> want;
+  for (const std::string& target : simd_targets()) {
+    for (const bool reference_first : {false, true}) {
+      ModelOptions o;
+      o.precision = Precision::bf16;
+      o.simd_target = target;
+      const auto model = Model::from_parameters(c, params, o);
+      const Model::Impl& m = model->impl();
+      ASSERT_FALSE(m.released.empty()) << target;
+      EXPECT_LE(m.resident_weight_bytes(), weight_bytes(c) + packing_slack(*m.packed)) << target;
+      const auto fast = model->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 2});
+      if (want.empty()) want = fast;
+      ASSERT_TRUE(test::same_bits(fast, want)) << target;
+      if (reference_first) {
+        EXPECT_TRUE(test::same_bits(model->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt}),
+                                    want))
+            << target;
+      }
+      const std::span<const float> got = model->parameters();
+      ASSERT_EQ(got.size(), params.size());
+      EXPECT_EQ(std::memcmp(got.data(), params.data(), params.size() * sizeof(float)), 0) << target;
+      EXPECT_TRUE(test::same_bits(model->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt}),
+                                  want))
+          << target;
+      EXPECT_TRUE(test::same_bits(model->logits({ids.data(), 1, c.length}, {}, {Device::cpu, 3}), want)) << target;
+    }
+  }
 }
 
 // Released matrices come back with the very bits, whichever asks first, on every target: the
