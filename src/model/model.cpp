@@ -59,7 +59,7 @@ void check_threads(int threads, bool zero_ok) {
 
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  const format::Q8Matrices* q8, const format::Q4Matrices* q4, const std::string* read_sha256)
+                  format::Q8Matrices* q8, format::Q4Matrices* q4, const std::string* read_sha256)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
@@ -108,6 +108,9 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
       std::tie(r.begin, r.end) = release_float_pages(parameters.data(), offset, b.K * N);
       if (r.begin < r.end) released.push_back(std::move(r));
       column0 += N;
+      // The file's int8/4-bit values of a part now in panels are needed no more.
+      if (b.q8 && q8) q8->erase(offset);
+      if (b.q4 && q4) q4->erase(offset);
     }
   };
   const bool bf16 = precision == Precision::bf16;

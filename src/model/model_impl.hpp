@@ -85,11 +85,13 @@ struct Model::Impl {
   mutable ScratchPool scratch;
 
   // `q8`: the int8 values and scales `params` were expanded from (a q8 model's file); under
-  // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8).
+  // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8),
+  // each matrix's entry erased once packed (loading holds the file's values and the panels of
+  // about one matrix at a time, not both copies whole).
   // `read_sha256`: `params` come from read_weights(give_back_packed), checked and hashed to it
   // there, the pages of their q8/q4 matrices already given back.
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-       const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr,
+       format::Q8Matrices* q8 = nullptr, format::Q4Matrices* q4 = nullptr,
        const std::string* read_sha256 = nullptr);
 
   const float* matmul_weights() const {

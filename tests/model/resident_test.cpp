@@ -271,8 +271,9 @@ TEST(Resident, LoadingAnF32ModelPeaksNearOneCopyOfItsWeights) {
 }
 
 // A q8 or q4 model never holds the f32 copy of its packed matrices, not even while loading: it
-// peaks near its packed bytes twice (the file's values read, and the panels made from them) plus
-// the f32 embedding, and then holds its panels and the embedding.
+// peaks near its packed bytes plus the f32 embedding (the file's values of a matrix go as its
+// panels are made; one matrix at a time is expanded to f32 for the digest), and then holds its
+// panels and the embedding.
 TEST(Resident, LoadingAPackedModelNeverHoldsItsF32Matrices) {
 #ifdef LOCKSTEP_UNDER_SANITIZER
   GTEST_SKIP() << "resident set sizes mean nothing under a sanitizer";
@@ -292,8 +293,9 @@ TEST(Resident, LoadingAPackedModelNeverHoldsItsF32Matrices) {
     const int64_t packed_kb = static_cast<int64_t>(packed / 1024), slack = 4 * 1024;
     EXPECT_LE(cost.added_kb, packed_kb + embed_kb + slack) << storage;
     EXPECT_LE(static_cast<int64_t>(m.resident_weight_bytes() / 1024), packed_kb + embed_kb + slack) << storage;
+    const int64_t largest_f32_kb = static_cast<int64_t>(c.vocab_size) * c.d_model * 4 / 1024;  // the head
     if (cost.peak_kb >= 0) {
-      EXPECT_LE(cost.peak_kb, 2 * packed_kb + embed_kb + slack)
+      EXPECT_LE(cost.peak_kb, packed_kb + embed_kb + largest_f32_kb + slack)
           << storage << ": f32 weights " << weight_bytes(c) / 1024 << " kB";
     }
     // And the expansion on demand still gives the written model's values.
