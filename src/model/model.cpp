@@ -133,7 +133,8 @@ const std::vector<float>& Model::Impl::full_parameters() const {
           for (int64_t n = n0; n < n1; ++n) {
             const int64_t at = i + (n - n0);
             const uint32_t low = r.low[static_cast<size_t>(at - r.begin)];
-            const bool up = low > 0x8000u || (low == 0x8000u && std::binary_search(r.ties_up.begin(), r.ties_up.end(), at));
+            const bool up =
+                low > 0x8000u || (low == 0x8000u && std::binary_search(r.ties_up.begin(), r.ties_up.end(), at));
             const uint32_t rounded = std::bit_cast<uint32_t>(dst[n - n0]);
             dst[n - n0] = std::bit_cast<float>(rounded - (up ? 0x10000u : 0u) + low);
           }

@@ -288,7 +288,8 @@ TEST(Resident, LoadingAPackedModelNeverHoldsItsF32Matrices) {
     const LoadCost cost = load_cost(tmp / "m");
     const Model::Impl& m = cost.model->impl();
     size_t packed = m.packed->head.bytes();
-    for (const auto& L : m.packed->layers) packed += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
+    for (const auto& L : m.packed->layers)
+      packed += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
     const int64_t embed_kb = static_cast<int64_t>(c.vocab_size) * c.d_model * 4 / 1024;
     const int64_t packed_kb = static_cast<int64_t>(packed / 1024), slack = 4 * 1024;
     EXPECT_LE(cost.added_kb, packed_kb + embed_kb + slack) << storage;
