@@ -1,9 +1,11 @@
 // What a loaded model holds in memory. An f32 model keeps one copy of its weights: each matrix's
 // f32 pages are given back as it is packed, and expanded again from the panels, bit for bit, when
 // the reference path, parameters() or a trainer asks (for every SIMD target this machine runs).
-// bf16 keeps its f32 parameters (its panels are rounded) and no eager rounded copy. Loading from
-// a file peaks near one copy of the weights too (Linux: VmHWM, reset through clear_refs).
+// bf16 keeps each matrix weight's low 16 bits beside its rounded panels: one copy too. Loading
+// from a file peaks near one copy of the weights (Linux: VmHWM, reset through clear_refs); a q8
+// or q4 load never holds the f32 matrices.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -49,9 +51,10 @@ size_t weight_bytes(const ModelConfig& c) { return static_cast<size_t>(Parameter
 // Bytes a packed copy adds over the flat matrices: panel padding, and the pages at the edges of
 // each matrix that it shares with its neighbours (never given back).
 size_t packing_slack(const simd::PackedWeights& pw) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   size_t slack = 0;
   auto add = [&](const simd::PackedMatrix& m) {
-    slack += static_cast<size_t>((m.panels * m.panel - m.N) * m.K) * sizeof(float) + 3 * 4096;
+    slack += static_cast<size_t>((m.panels * m.panel - m.N) * m.K) * sizeof(float) + 3 * page;
   };
   for (const auto& L : pw.layers) {
     add(L.qkv);
