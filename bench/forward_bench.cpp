@@ -24,6 +24,8 @@
 #include "lockstep/model.hpp"
 #include "lockstep/session.hpp"
 #include "lockstep/trainer.hpp"
+#include "kernels/simd/packed_weights.hpp"
+#include "model/model_impl.hpp"
 #include "train/optimizer_pass.hpp"
 
 #include <map>
@@ -325,6 +327,98 @@ void BM_PrefillPacked(benchmark::State& state) {
   state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PrefillPacked)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// m1024: about 300 M parameters (d_model 1024, 24 layers, 16 heads, d_ff 2816, vocab 256, window
+// 256; 1.23 GB of f32 weights), where decode reads far past any cache and the DRAM bound
+// (BM_DramRead) dominates. Written once per process to a temporary directory (f32, q8, q4; bf16
+// is the f32 file under precision bf16), removed at exit, and loaded one storage at a time.
+ModelConfig m1024_config() {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.length = 256;
+  c.d_model = 1024;
+  c.n_layers = 24;
+  c.n_heads = 16;
+  c.n_kv_heads = 16;
+  c.d_ff = 2816;
+  return c;
+}
+
+struct M1024Files {
+  std::string dir;
+  M1024Files() {
+    const ModelConfig c = m1024_config();
+    dir = (std::filesystem::temp_directory_path() / ("lockstep_bench_m1024_" + std::to_string(::getpid()))).string();
+    const std::vector<float> params = init_parameters(c, 1);
+    for (const char* storage : {"f32", "q8", "q4"}) {
+      const std::string sub = dir + "/" + storage;
+      std::filesystem::create_directories(sub);
+      const std::string file = sub + "/" + format::kWeightsFile;
+      std::string sha;
+      if (storage == std::string("f32")) {
+        format::write_weights(file, c, params);
+        sha = sha256_f32_le(params);
+      }
+      if (storage == std::string("q8")) sha = sha256_f32_le(format::write_weights_q8(file, c, params));
+      if (storage == std::string("q4")) sha = sha256_f32_le(format::write_weights_q4(file, c, params));
+      format::ModelDescription d;
+      d.config = c;
+      d.profile = profile_name();
+      d.weights = {format::kWeightsFile, storage == std::string("f32") ? "float32" : storage, sha};
+      format::write_file_synced(sub + "/model.json", format::render_model_json(d));
+    }
+  }
+  ~M1024Files() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+};
+
+// The m1024 model of a storage (0 f32, 1 bf16, 2 q8, 3 q4); one held at a time.
+std::shared_ptr<const Model> m1024_model(int packing) {
+  static M1024Files files;
+  static int held = -1;
+  static std::shared_ptr<const Model> model;
+  if (held != packing) {
+    model.reset();
+    LoadOptions options;
+    if (packing == 1) options.precision = Precision::bf16;
+    model = Model::load(files.dir + "/" + (packing == 1 ? "f32" : packing_name(packing)), options);
+    held = packing;
+  }
+  return model;
+}
+
+// Decode of m1024 by storage: a 4-token prompt, then 8 tokens one at a time, only those timed
+// (one iteration: a few seconds a point). Args {packing, threads}. Counters: tokens/s, the MB of
+// weights each token reads (the decode bound is BM_DramRead's bytes/s over it) and the MB of
+// weights the model holds.
+void BM_DecodeM1024(benchmark::State& state) {
+  const int packing = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = m1024_model(packing);
+  const std::vector<int32_t> prompt(4, 'a');
+  constexpr int kTokens = 8;
+  for (auto _ : state) {
+    Session session(model, {Device::cpu, threads});
+    std::vector<float> logits = session.append(prompt);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kTokens; ++i) {
+      const int32_t next[] = {greedy_choice(logits)};
+      logits = session.append(next);
+    }
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    benchmark::DoNotOptimize(logits.data());
+  }
+  const simd::PackedWeights& pw = *model->impl().packed;
+  size_t bytes = pw.head.bytes();
+  for (const auto& L : pw.layers) bytes += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
+  state.SetLabel(std::string("m1024 ") + packing_name(packing));
+  state.counters["tokens"] = benchmark::Counter(kTokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weights_MB"] = static_cast<double>(bytes) / 1e6;
+  state.counters["resident_MB"] = static_cast<double>(model->impl().resident_weight_bytes()) / 1e6;
+}
+BENCHMARK(BM_DecodeM1024)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
 void BM_TrainStep(benchmark::State& state) {

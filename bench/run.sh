@@ -3,7 +3,9 @@
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
 #   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|cluster|window|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
-#          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop;
+#          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop, and
+#          decode by storage (f32, bf16, q8, q4) of l768 and m1024 (300 M parameters) beside
+#          the DRAM read bandwidth;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
 #          the attention kernels forward and backward, and the optimizer's pass (SIMD / ref);
 #          busy: 2 threads against 1 (decode, prefill, a training step), each pair timed in one
@@ -65,8 +67,8 @@ case "$WHAT" in
     run_filter forward 'BM_FmaPeak|BM_Matmul|BM_Forward'
     ;;&
   decode|all)
-    stage "decode: 200-token session loops of s256 and l768 on 1 and 2 threads"
-    run_filter decode 'BM_FmaPeak/1|BM_Decode'
+    stage "decode: 200-token session loops of s256 and l768, l768 and m1024 (300 M) by storage, on 1 and 2 threads, beside the DRAM read bandwidth"
+    run_filter decode 'BM_FmaPeak/1|BM_DramRead|BM_Decode'
     ;;&
   train|all)
     stage "train: training steps of s256 on 1 and 2 threads, attention kernels, optimizer pass"

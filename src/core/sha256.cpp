@@ -47,12 +47,11 @@ std::string sha256_hex(const void* data, size_t size) {
   return h.hex();
 }
 
-std::string sha256_f32_le(std::span<const float> values) {
+void sha256_update_f32_le(Sha256& h, std::span<const float> values) {
   static_assert(std::endian::native == std::endian::little || std::endian::native == std::endian::big);
   if constexpr (std::endian::native == std::endian::little) {
-    return sha256_hex(values.data(), values.size_bytes());
+    h.update(values.data(), values.size_bytes());
   } else {
-    Sha256 h;
     std::vector<unsigned char> chunk;
     chunk.reserve(4096);
     for (float v : values) {
@@ -64,8 +63,13 @@ std::string sha256_f32_le(std::span<const float> values) {
       }
     }
     h.update(chunk.data(), chunk.size());
-    return h.hex();
   }
+}
+
+std::string sha256_f32_le(std::span<const float> values) {
+  Sha256 h;
+  sha256_update_f32_le(h, values);
+  return h.hex();
 }
 
 }  // namespace lockstep

@@ -26,5 +26,7 @@ class Sha256 {
 std::string sha256_hex(const void* data, size_t size);
 // SHA-256 of floats as little-endian bytes (the parameters' digest in model.json).
 std::string sha256_f32_le(std::span<const float> values);
+// Adds floats to `h` as little-endian bytes: over consecutive spans, the digest of their whole.
+void sha256_update_f32_le(Sha256& h, std::span<const float> values);
 
 }  // namespace lockstep

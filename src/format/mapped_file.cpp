@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "lockstep/error.hpp"
@@ -73,6 +74,16 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void MappedFile::drop(std::span<const uint8_t> range) const noexcept {
+  if (!data_ || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(range.data()) + range.size()) / page * page;
+  // A read-only private mapping never written: dropping its pages loses nothing, and a failure
+  // only leaves them resident.
+  if (lo < hi) (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept

@@ -25,6 +25,10 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  // Gives back the whole pages of `range` (a part of bytes()) that this process holds: a reader
+  // done with a part calls it so that the file's pages and what it was read into are not both
+  // resident. The bytes stay readable (the pages come back from the file when touched).
+  void drop(std::span<const uint8_t> range) const noexcept;
   const std::string& path() const { return path_; }
 
  private:

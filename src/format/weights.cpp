@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "core/pages.hpp"
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
 #include "format/q4.hpp"
@@ -53,18 +54,20 @@ void check_packable(const std::string& path, const ParameterRegistry& registry, 
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded,
-                                const std::string& weight_format, Q8Matrices* q8_out, Q4Matrices* q4_out) {
+                                const std::string& weight_format, Q8Matrices* q8_out, Q4Matrices* q4_out,
+                                bool give_back_packed) {
   if (weight_format != kQ8Format && weight_format != kQ4Format && weight_format != "float32")
     refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8, q4)");
   const MappedFile file(path);
-  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format, q8_out, q4_out);
+  return read_weights_bytes(file.bytes(), path, config, expected_sha256, loaded, weight_format, q8_out, q4_out,
+                            &file, give_back_packed);
 }
 
 std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded,
                                       const std::string& weight_format, Q8Matrices* q8_out,
-                                      Q4Matrices* q4_out) {
+                                      Q4Matrices* q4_out, const MappedFile* mapped, bool give_back_packed) {
   const bool q4 = weight_format == kQ4Format;
   const bool q8 = weight_format == kQ8Format || q4;  // matrices packed, with `.scale` tensors
   if (!q8 && weight_format != "float32")
@@ -154,14 +157,21 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
     if (const auto l = loaded_by_name.find(e.name); l != loaded_by_name.end())
       loaded_values[p] = read_loaded_tensor(*l->second, e.shape);
   }
-  std::vector<float> flat(static_cast<size_t>(registry.total()));
+  // The flat vector grows entry by entry (the registry's entries tile it in order) inside one
+  // reservation, so that no page is touched before its entry is read, and its digest too, so
+  // that an entry's pages can be given back once it is hashed.
+  std::vector<float> flat;
+  flat.reserve(static_cast<size_t>(registry.total()));
   const uint8_t* data = bytes.data() + header.data_offset;
+  Sha256 digest;
   for (size_t p = 0; p < registry.entries().size(); ++p) {
     const auto& e = registry.entries()[p];
+    flat.resize(static_cast<size_t>(e.offset + e.count));
     float* dst = flat.data() + e.offset;
     if (loaded_by_name.count(e.name)) {
       std::copy(loaded_values[p].begin(), loaded_values[p].end(), dst);
       std::vector<float>().swap(loaded_values[p]);
+      sha256_update_f32_le(digest, {dst, static_cast<size_t>(e.count)});
       continue;
     }
     const TensorEntry& t = *by_name.at(e.name);
@@ -200,13 +210,27 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
     } else {
       std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
     }
+    sha256_update_f32_le(digest, {dst, static_cast<size_t>(e.count)});
+    // A matrix kept packed (its q8/q4 form handed out) needs no expanded copy: the model packs
+    // it from that form and expands it again from the panels when asked. `embed` stays (the
+    // fast path looks its rows up).
+    if (give_back_packed && !want.scale_shape.empty() && e.offset != registry.embed() &&
+        ((q4 && q4_out) || (!q4 && q8_out)))
+      release_float_pages(flat.data(), e.offset, e.count);
+    if (mapped) {
+      mapped->drop({data + t.begin, static_cast<size_t>(t.end - t.begin)});
+      if (!want.scale_shape.empty()) {
+        const TensorEntry& st = *by_name.at(e.name + suffix);
+        mapped->drop({data + st.begin, static_cast<size_t>(st.end - st.begin)});
+      }
+    }
     for (int64_t i = 0; i < e.count; ++i) {
       if (!std::isfinite(dst[i]))
         refuse(path, "parameter '" + e.name + "' holds a non-finite value (" +
                          std::to_string(dst[i]) + ") at element " + std::to_string(i));
     }
   }
-  const std::string sha = sha256_f32_le(flat);
+  const std::string sha = digest.hex();
   if (sha != expected_sha256)
     refuse(path, "parameters' SHA-256 is " + sha + " but model.json says " + expected_sha256);
   return flat;

@@ -12,6 +12,8 @@
 
 namespace lockstep::format {
 
+class MappedFile;
+
 // Reads `path`, checks it against the registry (every parameter present once, nothing else,
 // F32 of the registry's shape), checks every value finite and the SHA-256 of the f32 parameters
 // against `expected_sha256`, and returns them flat in registry order. Refusals are
@@ -26,22 +28,30 @@ namespace lockstep::format {
 // scales of every matrix read are kept there too (by registry offset). `weight_format` "q4":
 // every matrix [K, N] is U8 [K, (N + 1) / 2] (two 4-bit values a byte) with an F32
 // `<name>.scale` [ceil(K / 32), N] (format/q4.hpp), kept in `q4_out` when given.
+//
+// `give_back_packed` (with q8_out or q4_out): the expanded values of every matrix kept there but
+// `embed` are checked and hashed, then their whole pages given back (release_float_pages), so
+// that they read as zeros: for a caller that computes from the packed form and expands it again
+// on demand (Model::load), which then holds no f32 copy of those matrices even while loading.
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded = {},
                                 const std::string& weight_format = "float32",
-                                Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr);
+                                Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr,
+                                bool give_back_packed = false);
 
 // read_weights on a file already in memory (`path` names it in refusals): the checks, in order,
 // are the file's structure (parse_safetensors), every tensor's name, dtype and shape against the
 // registry, and only then, once the file is known to hold the parameters, one allocation of the
 // configuration's size. A file too small for model.json's configuration is refused with both
-// sizes before that allocation.
+// sizes before that allocation. `mapped`, when `bytes` are its bytes, has each tensor's pages
+// dropped once read, so that the file and the parameters are not both resident at the peak.
 std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded = {},
                                       const std::string& weight_format = "float32",
-                                      Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr);
+                                      Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr,
+                                      const MappedFile* mapped = nullptr, bool give_back_packed = false);
 
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
 // registry order (so the data section is exactly the flat vector's bytes).

@@ -1,10 +1,11 @@
 // Building and loading models; the accessors of lockstep/model.hpp.
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <tuple>
 
 #include "core/cpu_info.hpp"
+#include "core/pages.hpp"
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
 #include "format/model_json.hpp"
@@ -56,87 +57,123 @@ void check_threads(int threads, bool zero_ok) {
 
 }  // namespace
 
-namespace {
-
-// Gives back the whole pages of parameters [offset, offset + count) (zero-filled when next touched);
-// returns the element range released (empty when no whole page lies inside).
-std::pair<int64_t, int64_t> release_pages(std::vector<float>& parameters, int64_t offset, int64_t count) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t base = reinterpret_cast<uintptr_t>(parameters.data());
-  const uintptr_t lo = (base + static_cast<uintptr_t>(offset) * sizeof(float) + page - 1) / page * page;
-  const uintptr_t hi = (base + static_cast<uintptr_t>(offset + count) * sizeof(float)) / page * page;
-  if (hi <= lo) return {0, 0};
-  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return {0, 0};
-  return {static_cast<int64_t>((lo - base) / sizeof(float)), static_cast<int64_t>((hi - base) / sizeof(float))};
-}
-
-}  // namespace
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  const format::Q8Matrices* q8, const format::Q4Matrices* q4)
+                  format::Q8Matrices* q8, format::Q4Matrices* q4, const std::string* read_sha256)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
                                                  std::to_string(registry.total()) + "], got " +
                                                  std::to_string(parameters.size()) + " values");
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (!std::isfinite(parameters[i]))
-      throw Error(ErrorKind::invalid_argument,
-                  "parameters must be finite; element " + std::to_string(i) + " is " +
-                      std::to_string(parameters[i]));
+  if (read_sha256) {
+    sha256 = *read_sha256;  // read_weights checked every value and the digest
+  } else {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!std::isfinite(parameters[i]))
+        throw Error(ErrorKind::invalid_argument,
+                    "parameters must be finite; element " + std::to_string(i) + " is " +
+                        std::to_string(parameters[i]));
+    }
+    sha256 = sha256_f32_le(parameters);
   }
   check_threads(options.threads, true);
   device = options.device;
   threads = options.threads;
   pool = options.pool;
-  sha256 = sha256_f32_le(parameters);
   if (options.precision) precision = *options.precision;
-  if (precision == Precision::bf16) {
-    bf16_parameters.resize(parameters.size());
-    for (size_t i = 0; i < parameters.size(); ++i) bf16_parameters[i] = ref::round_bf16(parameters[i]);
-  }
   const size_t half = static_cast<size_t>(c.head_dim() / 2);
   rope_cos.resize(static_cast<size_t>(c.length) * half);
   rope_sin.resize(static_cast<size_t>(c.length) * half);
   ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
   attention_scale = ref::attention_scale<float>(c.head_dim());
-  packed = simd::pack_weights(config, registry, matmul_weights(), &choose_kernels(options.simd_target),
-                              precision == Precision::bf16, precision == Precision::bf16 ? nullptr : q8,
-                              precision == Precision::bf16 ? nullptr : q4);
-  // The matrices the fast path reads packed as int8 need no f32 copy until someone asks.
-  auto release = [&](const simd::PackedMatrix& b, std::initializer_list<std::pair<int64_t, int64_t>> parts) {
-    if (!b.q8 && !b.q4) return;
+  // Each matrix packed gives back the whole pages of its f32 copy at once, before the next is
+  // read: loading holds one copy of the weights, not two. bf16 panels hold the values rounded, so
+  // their low halves are kept first (Released::low).
+  auto release = [&](const simd::PackedMatrix& b, simd::PackedParts parts) {
+    // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
+    if (read_sha256 && !b.q8 && !b.q4)
+      throw Error(ErrorKind::internal, "a matrix given back at read was packed from its f32 values");
     int64_t column0 = 0;
     for (const auto& [offset, N] : parts) {
-      const auto [lo, hi] = release_pages(parameters, offset, b.K * N);
-      if (lo < hi) released.push_back({lo, hi, &b, column0, offset, N});
+      Released r{0, 0, &b, column0, offset, N, {}, {}};
+      if (b.bf16) {  // the low halves first, from the values about to be given back
+        const auto [lo, hi] = whole_float_pages(parameters.data(), offset, b.K * N);
+        r.low.resize(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
+        for (int64_t i = lo; i < hi; ++i) {
+          const uint32_t u = std::bit_cast<uint32_t>(parameters[static_cast<size_t>(i)]);
+          r.low[static_cast<size_t>(i - lo)] = static_cast<uint16_t>(u & 0xffffu);
+          if ((u & 0xffffu) == 0x8000u && ((u >> 16) & 1u)) r.ties_up.push_back(i);
+        }
+      }
+      std::tie(r.begin, r.end) = release_float_pages(parameters.data(), offset, b.K * N);
+      if (r.begin < r.end) released.push_back(std::move(r));
       column0 += N;
+      // The file's int8/4-bit values of a part now in panels are needed no more.
+      if (b.q8 && q8) q8->erase(offset);
+      if (b.q4 && q4) q4->erase(offset);
     }
   };
-  for (int32_t l = 0; l < config.n_layers; ++l) {
-    const ParameterRegistry::Layer& L = registry.layer(l);
-    const simd::PackedWeights::Layer& P = packed->layers[static_cast<size_t>(l)];
-    release(P.qkv, {{L.wq, config.q_dim()}, {L.wk, config.kv_dim()}, {L.wv, config.kv_dim()}});
-    release(P.wo, {{L.wo, config.d_model}});
-    release(P.gate_up, {{L.w_gate, config.d_ff}, {L.w_up, config.d_ff}});
-    release(P.w_down, {{L.w_down, config.d_model}});
-  }
-  release(packed->head, {{registry.head(), config.vocab_size}});
+  const bool bf16 = precision == Precision::bf16;
+  packed = simd::pack_weights(config, registry, parameters.data(), &choose_kernels(options.simd_target), bf16,
+                              bf16 ? nullptr : q8, bf16 ? nullptr : q4, release);
 }
-
 
 const std::vector<float>& Model::Impl::full_parameters() const {
   if (released.empty()) return parameters;
   std::call_once(restore_once, [this] {
     for (const Released& r : released) {
       const simd::PackedMatrix& b = *r.packed;
-      for (int64_t i = r.begin; i < r.end; ++i) {
-        const int64_t k = (i - r.offset) / r.N, col = r.column0 + (i - r.offset) % r.N;
-        parameters[static_cast<size_t>(i)] = b.weight(k, col);
+      // Row by row: elements [begin, end) are parameters[offset + k N + n], column column0 + n.
+      for (int64_t i = r.begin; i < r.end;) {
+        const int64_t k = (i - r.offset) / r.N, n0 = (i - r.offset) % r.N;
+        const int64_t n1 = std::min(r.N, n0 + (r.end - i));
+        float* dst = parameters.data() + i;
+        for (int64_t n = n0; n < n1; ++n) dst[n - n0] = b.weight(k, r.column0 + n);
+        if (b.bf16) {
+          for (int64_t n = n0; n < n1; ++n) {
+            const int64_t at = i + (n - n0);
+            const uint32_t low = r.low[static_cast<size_t>(at - r.begin)];
+            const bool up =
+                low > 0x8000u || (low == 0x8000u && std::binary_search(r.ties_up.begin(), r.ties_up.end(), at));
+            const uint32_t rounded = std::bit_cast<uint32_t>(dst[n - n0]);
+            dst[n - n0] = std::bit_cast<float>(rounded - (up ? 0x10000u : 0u) + low);
+          }
+        }
+        i += n1 - n0;
       }
     }
+    restored.store(true, std::memory_order_release);
   });
   return parameters;
+}
+
+const std::vector<float>& Model::Impl::bf16_weights() const {
+  std::call_once(bf16_once, [this] {
+    const std::vector<float>& p = full_parameters();
+    bf16_parameters.resize(p.size());
+    for (size_t i = 0; i < p.size(); ++i) bf16_parameters[i] = ref::round_bf16(p[i]);
+    bf16_made.store(true, std::memory_order_release);
+  });
+  return bf16_parameters;
+}
+
+size_t Model::Impl::resident_weight_bytes() const {
+  size_t bytes = parameters.size() * sizeof(float);
+  if (bf16_made.load(std::memory_order_acquire)) bytes += bf16_parameters.size() * sizeof(float);
+  // Released pages hold nothing until full_parameters() restores them.
+  for (const Released& r : released) {
+    bytes += r.low.size() * sizeof(uint16_t) + r.ties_up.size() * sizeof(int64_t);
+    if (!restored.load(std::memory_order_acquire)) bytes -= static_cast<size_t>(r.end - r.begin) * sizeof(float);
+  }
+  auto add = [&](const simd::PackedMatrix& m) { bytes += m.bytes(); };
+  for (const auto& L : packed->layers) {
+    add(L.qkv);
+    add(L.wo);
+    add(L.gate_up);
+    add(L.w_down);
+  }
+  add(packed->head);
+  return bytes;
 }
 
 ThreadPool& Model::Impl::thread_pool() const {
@@ -186,11 +223,18 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   // directory), refused with LS-LOAD-001 when that file has changed.
   format::Q8Matrices q8;
   format::Q4Matrices q4;
-  std::vector<float> params = format::read_weights(resolved.model_dir + "/" + weights->file,
-                                                   d.config, weights->sha256, d.loaded, weights->format, &q8, &q4);
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
-  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8, &q4);
+  // A q8/q4 file computed in f32 with no :load parameters has every matrix packed from its
+  // packed form, so its expanded pages can go as soon as they are checked and hashed: loading
+  // never holds the f32 copy of the matrices.
+  const bool give_back = (weights->format == format::kQ8Format || weights->format == format::kQ4Format) &&
+                         *model_options.precision == Precision::f32 && d.loaded.empty();
+  std::vector<float> params =
+      format::read_weights(resolved.model_dir + "/" + weights->file, d.config, weights->sha256, d.loaded,
+                           weights->format, &q8, &q4, give_back);
+  auto impl = std::make_unique<Impl>(d.config, std::move(params), model_options, &q8, &q4,
+                                     give_back ? &weights->sha256 : nullptr);
   q8.clear();
   q4.clear();
   impl->source = d.source;

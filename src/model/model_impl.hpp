@@ -1,6 +1,7 @@
 // What a loaded model holds. Immutable after construction except for the lazily made pool.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,14 +56,20 @@ class ScratchLease {
 struct Model::Impl {
   ModelConfig config;
   ParameterRegistry registry;
-  // f32, registry order, as given or expanded. For a q8 (or q4) model computing from its packed matrices
-  // (PackedMatrix::q8), the whole pages of those matrices (but `embed`, which the fast path looks
-  // rows up in) are given back to the system after packing, so the process holds about a quarter
-  // of the f32 bytes; full_parameters() expands them again, from the packed form, when something
-  // asks (the reference path, parameters(), a trainer). Read matrices only through it.
+  // f32, registry order, as given or expanded. Every matrix the fast path
+  // reads packed (f32 panels hold the very values; q8/q4 panels give them as float(q) * scale)
+  // has its whole pages given back to the system as it is packed, so the process holds the packed
+  // form, `embed` (which the fast path looks rows up in) and the norms: about the f32 bytes for an
+  // f32 model, a quarter for q8. full_parameters() expands them again, from the panels, bit for
+  // bit, when something asks (the reference path, parameters(), a trainer). bf16 panels are
+  // rounded: their matrices keep the low 16 bits of each value beside them (Released::low), so
+  // that a bf16 model too holds about the f32 bytes. Read matrices only through full_parameters().
   mutable std::vector<float> parameters;
-  // The weights the matmuls read: `parameters` itself for f32, a copy rounded to bf16 for bf16.
-  std::vector<float> bf16_parameters;
+  // bf16: the parameters rounded to bf16 (what the reference path's matmuls read), made on first
+  // use from `parameters`; the fast path reads the packed 16-bit halves instead.
+  mutable std::vector<float> bf16_parameters;
+  mutable std::once_flag bf16_once;
+  mutable std::atomic<bool> bf16_made{false};
   std::string sha256;
   Precision precision = Precision::f32;
   std::string weight_format = "float32";
@@ -78,13 +85,22 @@ struct Model::Impl {
   mutable ScratchPool scratch;
 
   // `q8`: the int8 values and scales `params` were expanded from (a q8 model's file); under
-  // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8).
+  // precision f32 the fast path then computes from them, packed (kernels.hpp, PackedMatrix::q8),
+  // each matrix's entry erased once packed (loading holds the file's values and the panels of
+  // about one matrix at a time, not both copies whole).
+  // `read_sha256`: `params` come from read_weights(give_back_packed), checked and hashed to it
+  // there, the pages of their q8/q4 matrices already given back.
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-       const format::Q8Matrices* q8 = nullptr, const format::Q4Matrices* q4 = nullptr);
+       format::Q8Matrices* q8 = nullptr, format::Q4Matrices* q4 = nullptr,
+       const std::string* read_sha256 = nullptr);
 
   const float* matmul_weights() const {
-    return precision == Precision::bf16 ? bf16_parameters.data() : full_parameters().data();
+    return precision == Precision::bf16 ? bf16_weights().data() : full_parameters().data();
   }
+  const std::vector<float>& bf16_weights() const;  // bf16_parameters, made once, thread-safely
+  // Bytes of weights this model holds now: `parameters`' pages not given back, the bf16 copy
+  // once made, and the packed panels with their scales. What a served model costs in memory.
+  size_t resident_weight_bytes() const;
   // `parameters` with every value there (expanding released matrices once, thread-safely).
   const std::vector<float>& full_parameters() const;
   // The released page ranges of `parameters` (element offsets) and where they are packed.
@@ -93,9 +109,16 @@ struct Model::Impl {
     const simd::PackedMatrix* packed;
     int64_t column0;     // the matrix's first column in `packed`
     int64_t offset, N;   // the matrix: parameters[offset + k N + n]
+    // bf16 panels hold each value rounded (ref::round_bf16): the f32 value is the panel's bits
+    // plus its low 16 bits kept here, less one bf16 step where the rounding went up. That is
+    // known from the low bits but at a tie (low bits 0x8000), where `ties_up` lists the
+    // elements (ascending) that went up. Empty for f32, q8 and q4 panels, which hold the values.
+    std::vector<uint16_t> low;  // [end - begin]
+    std::vector<int64_t> ties_up;
   };
   std::vector<Released> released;
   mutable std::once_flag restore_once;
+  mutable std::atomic<bool> restored{false};
   ThreadPool& thread_pool() const;
   // Threads a call runs with: its own request, else the model's default, else the pool's size.
   int threads_for(const CallOptions& call) const;

@@ -196,8 +196,9 @@ struct Kernels {
   void (*block_sums_of_squares)(const float* g, int64_t n, int64_t b_begin, int64_t b_end, double* sums) = nullptr;
 };
 
-// Packs w [K, N] (row stride ldw) for `kernels`' matmul; with bf16_storage the values (which
-// must be bf16 values) are stored as their high 16 bits.
+// Packs w [K, N] (row stride ldw) for `kernels`' matmul; with bf16_storage the values are
+// rounded to bf16 (ref::round_bf16, which leaves bf16 values as they are) and stored as their
+// high 16 bits.
 PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw,
                          bool bf16_storage = false);
 // Packs the column-wise concatenation [w0 | w1 | ...] of matrices that share K.

@@ -44,7 +44,7 @@ PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_
       for (int64_t j = 0; j < parts[i].N; ++j, ++col) {
         const size_t at = static_cast<size_t>((col / out.panel) * K * out.panel + k * out.panel + col % out.panel);
         if (bf16_storage) {
-          half[at] = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[j]) >> 16);
+          half[at] = static_cast<uint16_t>(std::bit_cast<uint32_t>(ref::round_bf16(src[j])) >> 16);
         } else {
           out.data[at] = src[j];
         }
@@ -258,21 +258,26 @@ PackedMatrix pack_fused(const Kernels& k, const float* w, const format::Q8Matric
 
 std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const ParameterRegistry& reg,
                                                   const float* w, const Kernels* kernels, bool bf16,
-                                                  const format::Q8Matrices* q8, const format::Q4Matrices* q4) {
+                                                  const format::Q8Matrices* q8, const format::Q4Matrices* q4,
+                                                  const std::function<void(const PackedMatrix&, PackedParts)>& packed) {
   auto out = std::make_shared<PackedWeights>();
   out->kernels = kernels ? kernels : &best_kernels();
   const Kernels& k = *out->kernels;
   const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff;
+  auto fused = [&](PackedMatrix& into, std::initializer_list<std::pair<int64_t, int64_t>> parts, int64_t K) {
+    into = pack_fused(k, w, q8, q4, bf16, parts, K);
+    if (packed) packed(into, PackedParts(parts.begin(), parts.size()));
+  };
+  out->layers.resize(static_cast<size_t>(c.n_layers));
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const ParameterRegistry::Layer& L = reg.layer(l);
-    PackedWeights::Layer layer;
-    layer.qkv = pack_fused(k, w, q8, q4, bf16, {{L.wq, q}, {L.wk, kv}, {L.wv, kv}}, d);
-    layer.wo = pack_fused(k, w, q8, q4, bf16, {{L.wo, d}}, q);
-    layer.gate_up = pack_fused(k, w, q8, q4, bf16, {{L.w_gate, ff}, {L.w_up, ff}}, d);
-    layer.w_down = pack_fused(k, w, q8, q4, bf16, {{L.w_down, d}}, ff);
-    out->layers.push_back(std::move(layer));
+    PackedWeights::Layer& layer = out->layers[static_cast<size_t>(l)];
+    fused(layer.qkv, {{L.wq, q}, {L.wk, kv}, {L.wv, kv}}, d);
+    fused(layer.wo, {{L.wo, d}}, q);
+    fused(layer.gate_up, {{L.w_gate, ff}, {L.w_up, ff}}, d);
+    fused(layer.w_down, {{L.w_down, d}}, ff);
   }
-  out->head = pack_fused(k, w, q8, q4, bf16, {{reg.head(), c.vocab_size}}, d);
+  fused(out->head, {{reg.head(), c.vocab_size}}, d);
   return out;
 }
 

@@ -1,7 +1,10 @@
 // A model's matrices in the fast path's layout, packed once at load.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "format/q4.hpp"
@@ -30,12 +33,14 @@ struct PackedWeights {
 // registry offset); a fused matrix whose parts are all there is kept as int8 panels
 // (PackedMatrix::q8), computing the same bits from a quarter of the bytes; any other (a :load
 // parameter, bf16 storage) is packed from `weights`. `q4` likewise, as 4-bit panels.
-std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& config,
-                                                  const ParameterRegistry& registry,
-                                                  const float* weights,
-                                                  const Kernels* kernels = nullptr,
-                                                  bool bf16_storage = false,
-                                                  const format::Q8Matrices* q8 = nullptr,
-                                                  const format::Q4Matrices* q4 = nullptr);
+// `packed`, when given, is called after each fused matrix is packed, with the matrix and its
+// parts ({registry offset, columns}, in column order), before the next is read: a caller can give
+// back the parts' f32 pages as it goes, so that packing needs no second full copy of the weights.
+using PackedParts = std::span<const std::pair<int64_t, int64_t>>;
+std::shared_ptr<const PackedWeights> pack_weights(
+    const ModelConfig& config, const ParameterRegistry& registry, const float* weights,
+    const Kernels* kernels = nullptr, bool bf16_storage = false, const format::Q8Matrices* q8 = nullptr,
+    const format::Q4Matrices* q4 = nullptr,
+    const std::function<void(const PackedMatrix&, PackedParts)>& packed = nullptr);
 
 }  // namespace lockstep::simd
