@@ -17,11 +17,13 @@ const char* finish_name(Finish f) {
   return "error";
 }
 
-GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics)
+GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics,
+                                   PrefixCache* cache)
     : max_active_(static_cast<size_t>(std::max(max_active, 1))),
       max_queue_(static_cast<size_t>(std::max(max_queue, 0))),
       call_(call),
       metrics_(metrics),
+      cache_(cache),
       runner_([this] { run_loop(); }) {}
 
 GenerationEngine::~GenerationEngine() {
@@ -86,23 +88,49 @@ void GenerationEngine::run_loop() noexcept {
   }
 }
 
+void GenerationEngine::start(GenerationJob& job) {
+  job.started = true;
+  Generator& g = *job.generator;
+  Session& session = g.session();
+  if (!cache_ || &session.model() != &cache_->model() || session.length() != 0) return;
+  // The reference device keeps no keys: it recomputes from position 0 whatever the session holds.
+  if (call_.device.value_or(session.model().default_device()) != Device::cpu) return;
+  const std::span<const int32_t> context = g.context().tokens();
+  // At most all but the last position: the last one's logits are computed by the first step.
+  const int32_t reused = cache_->restore(session, context, static_cast<int32_t>(context.size()) - 1);
+  rows_reused_.fetch_add(static_cast<uint64_t>(reused), std::memory_order_relaxed);
+}
+
+void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::string& error) noexcept {
+  if (cache_ && job.started && finish != Finish::error) {
+    try {
+      cache_->keep(job.generator->session());
+    } catch (...) {
+      // Not filed (out of memory): a later request computes those rows itself.
+    }
+  }
+  job.on_done(finish, error);
+}
+
 void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active) noexcept {
   // Leaving: cancelled ones, and those whose generator is finished.
   std::vector<SessionStep> steps;
   std::vector<std::shared_ptr<GenerationJob>> stepping;
   for (auto& job : active) {
     if (job->cancelled.load()) {
-      job->on_done(Finish::abort, {});
+      finish(*job, Finish::abort, {});
       job.reset();
       continue;
     }
     try {
+      if (!job->started) start(*job);
       const auto tokens = job->generator->begin_step();
       if (!tokens) {
-        job->on_done(Finish::length, {});
+        finish(*job, Finish::length, {});
         job.reset();
         continue;
       }
+      rows_computed_.fetch_add(tokens->size(), std::memory_order_relaxed);
       steps.push_back({&job->generator->session(), *tokens, job->generator->logits_buffer(), nullptr});
       stepping.push_back(job);
     } catch (const std::exception& e) {
@@ -140,7 +168,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
         stopped |= job->tail.size() >= s.size() && job->tail.compare(job->tail.size() - s.size(), s.size(), s) == 0;
     }
     if (stopped || g.generated() >= job->max_tokens) {
-      job->on_done(stopped ? Finish::stop : Finish::length, {});
+      finish(*job, stopped ? Finish::stop : Finish::length, {});
       std::erase(active, job);
     }
   }

@@ -5,6 +5,13 @@
 // new one joins at the next step. append_batch gives each session the bits it would get alone,
 // so a generation's tokens do not depend on what it runs with.
 //
+// With a prefix cache (cpu only), a generation's prompt prefill starts from the longest cached
+// prefix of its context (PrefixCache::restore, a copy: the entry stays for others), and a
+// generation that ends (length, stop or abort) files the rows it computed (PrefixCache::keep:
+// the context it last computed, the prompt and every generated token but the last), so a
+// follow-up sharing that prefix (a chat's next turn) computes only what is new. The bits are
+// those of a computation from position 0 (docs/ARITHMETIC.md), cold, warm or without a cache.
+//
 // The runner never touches a socket: it hands tokens and the end to callbacks, which post them
 // to the connection's executor.
 #pragma once
@@ -23,6 +30,7 @@
 #include <vector>
 
 #include "lockstep/generator.hpp"
+#include "lockstep/prefix_cache.hpp"
 #include "serve/metrics.hpp"
 
 namespace lockstep::serve {
@@ -43,12 +51,15 @@ struct GenerationJob {
   std::string tail;
   std::chrono::steady_clock::time_point admitted, last_token;
   bool first = true;
+  bool started = false;  // its session was set up (from the prefix cache)
 };
 
 class GenerationEngine {
  public:
-  // `max_active` generations decode together; at most `max_queue` more wait.
-  GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics);
+  // `max_active` generations decode together; at most `max_queue` more wait. `cache` (null:
+  // none) must outlive the engine.
+  GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics,
+                   PrefixCache* cache = nullptr);
   ~GenerationEngine();  // aborts what is left, then ends the runner
   GenerationEngine(const GenerationEngine&) = delete;
   GenerationEngine& operator=(const GenerationEngine&) = delete;
@@ -59,15 +70,26 @@ class GenerationEngine {
   void abort_all();
   // Jobs waiting or active.
   size_t pending() const;
+  // Rows the model computed for the generations (prefills and steps), and prompt rows the prefix
+  // cache supplied instead. Any thread.
+  uint64_t rows_computed() const { return rows_computed_.load(std::memory_order_relaxed); }
+  uint64_t rows_reused() const { return rows_reused_.load(std::memory_order_relaxed); }
 
  private:
   void run_loop() noexcept;
   void step(std::vector<std::shared_ptr<GenerationJob>>& active) noexcept;
+  // Its session from the prefix cache, before its first step.
+  void start(GenerationJob& job);
+  // Files what it computed in the prefix cache (unless it failed), then calls on_done.
+  void finish(GenerationJob& job, Finish finish, const std::string& error) noexcept;
 
   const size_t max_active_;
   const size_t max_queue_;
   const CallOptions call_;
   Metrics& metrics_;
+  PrefixCache* const cache_;
+  std::atomic<uint64_t> rows_computed_{0};
+  std::atomic<uint64_t> rows_reused_{0};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<GenerationJob>> waiting_;

@@ -40,7 +40,8 @@ struct Metrics {
   Histogram time_to_first_token;    // seconds from admission to the first token
   Histogram time_per_token;         // seconds between a generation's tokens
 
-  // The exposition; `rows_reused`/`rows_computed` come from the frame protocol's prefix cache.
+  // The exposition; `rows_reused`/`rows_computed` are the frame protocol's and the HTTP
+  // generations' rows, from the prefix cache and computed.
   std::string text(const std::string& model_name, const std::string& profile, const std::string& sha256,
                    uint64_t rows_reused, uint64_t rows_computed) const;
 

@@ -130,12 +130,15 @@ struct Server::Impl {
         wake_reader(strand),
         batcher(*model, layout, options.batch, options.call, cache.get()),
         context{layout, handshake_frame, batcher, calls, options.idle_timeout, options.idle_close},
-        engine(options.http_options.max_active, options.http_options.max_queue, options.call, metrics),
+        engine(options.http_options.max_active, options.http_options.max_queue, options.call, metrics, cache.get()),
         http_context{model,
                      model_name(*model, options.http_options.model_name),
                      engine,
                      metrics,
-                     [this] { return std::pair<uint64_t, uint64_t>(batcher.rows_reused(), batcher.rows_computed()); },
+                     [this] {
+                       return std::pair<uint64_t, uint64_t>(batcher.rows_reused() + engine.rows_reused(),
+                                                            batcher.rows_computed() + engine.rows_computed());
+                     },
                      options.http_options.max_body,
                      options.http_options.read_timeout,
                      options.http_options.write_timeout,

@@ -212,6 +212,57 @@ def test_metrics(shared_server):
     assert f'parameters_sha256="{sha}"' in text
 
 
+def metric(server, name):
+    _, _, m = server.request("GET", "/metrics")
+    return int(next(l for l in m.decode().splitlines() if l.startswith(name + " ")).split()[1])
+
+
+def test_prefix_cache_serves_prompts_without_changing_a_bit(serve, model):
+    """A generation's prompt starts from the longest cached prefix and a finished one is filed:
+    a repeated request and a follow-up sharing its prefix reuse rows, and every text equals the
+    cold answer, --no-cache's and `lockstep generate`'s, alone and together, past the window too."""
+    s = serve("--http", "127.0.0.1:0")
+    plain = serve("--http", "127.0.0.1:0", "--no-cache")
+    assert s.port and plain.port, s.err() + plain.err()
+    reused = "lockstep_prefix_cache_rows_reused_total"
+    prompt = "The quick brown fox jum"  # 23 bytes of the 32-byte window; blocks of 16 are filed
+    cases = [dict(prompt=prompt, max_tokens=6, temperature=0.8, seed=3),
+             dict(prompt=prompt, max_tokens=6, temperature=0.8, seed=3),  # the same again
+             dict(prompt=prompt + "ps", max_tokens=5, temperature=0.8, seed=4),  # a follow-up
+             dict(prompt=prompt, max_tokens=40, temperature=1.0, seed=5),  # restarts past the window
+             dict(prompt=prompt * 2, max_tokens=8, temperature=0.7, seed=6)]  # truncated to the window
+    texts = []
+    for i, body in enumerate(cases):
+        before = metric(s, reused)
+        texts.append(completion(s, **body)["choices"][0]["text"])
+        if i == 0:
+            assert before == 0 and metric(s, reused) == 0  # cold
+        if i in (1, 2, 3):
+            assert metric(s, reused) >= before + 16, (i, before)
+    assert texts[0] == texts[1]
+    for body, text in zip(cases, texts):
+        assert completion(plain, **body)["choices"][0]["text"] == text
+        expected = generate(model, body["prompt"], body["max_tokens"], str(body["temperature"]), body["seed"])
+        assert text == expected.decode("utf-8", errors="replace")
+    assert metric(plain, reused) == 0
+    # Together, streamed and not, warm: the same texts.
+    results = [None] * len(cases)
+
+    def worker(i):
+        if i % 2:
+            events = stream(s, cases[i])
+            results[i] = "".join(e["choices"][0]["text"] for e in events)
+        else:
+            results[i] = completion(s, **cases[i])["choices"][0]["text"]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == texts
+
+
 def wait_for_data(conn):
     got = b""
     while b"data: " not in got:
