@@ -56,6 +56,28 @@ void GenerationEngine::abort_all() {
   wake_.notify_one();
 }
 
+void GenerationEngine::cancel(GenerationJob& job) {
+  job.cancelled.store(true);
+  { std::lock_guard lock(mutex_); }  // the runner is waiting, or sees the flag before it waits
+  wake_.notify_one();
+}
+
+void GenerationEngine::consumed(GenerationJob& job, int32_t tokens) {
+  const int32_t before = job.ahead.fetch_sub(tokens);
+  if (job.max_ahead <= 0 || before < job.max_ahead || before - tokens >= job.max_ahead) return;
+  { std::lock_guard lock(mutex_); }  // it was waiting for this: as in cancel()
+  wake_.notify_one();
+}
+
+namespace {
+
+// Whether a step would do anything for the job: leave (cancelled) or decode (not too far ahead).
+bool can_step(const GenerationJob& job) {
+  return job.cancelled.load() || job.max_ahead <= 0 || job.ahead.load() < job.max_ahead;
+}
+
+}  // namespace
+
 size_t GenerationEngine::pending() const {
   std::lock_guard lock(mutex_);
   return waiting_.size() + active_count_;
@@ -65,7 +87,12 @@ void GenerationEngine::run_loop() noexcept {
   std::vector<std::shared_ptr<GenerationJob>> active;
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return quitting_ || aborting_ || !waiting_.empty() || !active.empty(); });
+    // Jobs that all wait for their consumers, with no room for a waiting one, leave nothing to
+    // do: the runner sleeps until consumed() or cancel() (or a submit, an abort) wakes it.
+    wake_.wait(lock, [&] {
+      return quitting_ || aborting_ || (!waiting_.empty() && active.size() < max_active_) ||
+             std::any_of(active.begin(), active.end(), [](const auto& j) { return can_step(*j); });
+    });
     if (aborting_) {
       for (auto& j : waiting_) active.push_back(std::move(j));
       waiting_.clear();
@@ -117,6 +144,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
   std::vector<SessionStep> steps;
   std::vector<std::shared_ptr<GenerationJob>> stepping;
   for (auto& job : active) {
+    if (!can_step(*job)) continue;  // too far ahead of its consumer: it waits, in the batch
     if (job->cancelled.load()) {
       finish(*job, Finish::abort, {});
       job.reset();
@@ -144,8 +172,10 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
   try {
     append_batch(steps, call_);
   } catch (const std::exception& e) {
-    for (auto& job : stepping) job->on_done(Finish::error, e.what());
-    active.clear();
+    for (auto& job : stepping) {
+      job->on_done(Finish::error, e.what());
+      std::erase(active, job);  // those waiting for their consumers stay
+    }
     return;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -157,6 +187,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
     (job->first ? metrics_.time_to_first_token : metrics_.time_per_token).observe(since.count());
     job->first = false;
     job->last_token = now;
+    job->ahead.fetch_add(1);
     job->on_token(token, g.logits());
     bool stopped = false;
     if (!job->stops.empty()) {

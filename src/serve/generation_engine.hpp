@@ -13,7 +13,10 @@
 // those of a computation from position 0 (docs/ARITHMETIC.md), cold, warm or without a cache.
 //
 // The runner never touches a socket: it hands tokens and the end to callbacks, which post them
-// to the connection's executor.
+// to the connection's executor. A job may bound how far it runs ahead of its consumer
+// (max_ahead): a client that reads slower than the model generates then pauses its own
+// generation, not the event loop, which would otherwise fall behind on a growing queue of
+// posted tokens and events nobody reads (and answer /health and /metrics late).
 #pragma once
 
 #include <atomic>
@@ -45,7 +48,12 @@ struct GenerationJob {
   // On the runner thread; they must only hand the values over (post), never block or throw.
   std::function<void(int32_t token, std::span<const float> logits)> on_token;
   std::function<void(Finish, const std::string& error)> on_done;  // called exactly once
-  std::atomic<bool> cancelled{false};  // set from any thread: leaves at the next step (abort)
+  std::atomic<bool> cancelled{false};  // set with GenerationEngine::cancel: leaves at the next step (abort)
+  // Flow control (0: none): at most this many tokens handed to on_token and not yet given back
+  // with GenerationEngine::consumed. A job that far ahead skips steps (keeping its place in the
+  // batch, and its bits) until its consumer catches up.
+  int32_t max_ahead = 0;
+  std::atomic<int32_t> ahead{0};
 
   // The runner's own state.
   std::string tail;
@@ -68,6 +76,10 @@ class GenerationEngine {
   bool submit(std::shared_ptr<GenerationJob> job);
   // Every job, waiting or active, ends with Finish::abort at the next step. Any thread.
   void abort_all();
+  // This job ends with Finish::abort at the next step, even one waiting for its consumer. Any thread.
+  void cancel(GenerationJob& job);
+  // The consumer has taken `tokens` more of the job's tokens (flow control). Any thread.
+  void consumed(GenerationJob& job, int32_t tokens = 1);
   // Jobs waiting or active.
   size_t pending() const;
   // Rows the model computed for the generations (prefills and steps), and prompt rows the prefix

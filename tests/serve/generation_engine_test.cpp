@@ -212,5 +212,73 @@ TEST(GenerationEngine, ReferenceDeviceAndNoCacheReuseNothing) {
   EXPECT_EQ(cache.stats().entries, 0u);
 }
 
+// Flow control: a job with max_ahead stops after that many tokens nobody took back, while the
+// others go on; it continues as its consumer takes them, with the tokens it gets alone; and a
+// job waiting for its consumer can still be cancelled (the runner is asleep, cancel wakes it).
+TEST(GenerationEngine, AJobAheadOfItsConsumerWaitsWithoutChangingABit) {
+  const auto model = tiny_model();
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  Metrics metrics;
+  GenerationEngine engine(4, 4, {}, metrics);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<int32_t> slow_tokens;
+  std::optional<Finish> slow_end, fast_end, stuck_end;
+  auto make = [&](uint64_t seed, int32_t tokens, int32_t max_ahead, std::vector<int32_t>* out,
+                  std::optional<Finish>* end) {
+    auto job = std::make_shared<GenerationJob>();
+    job->generator = std::make_unique<Generator>(model, prompt, options(seed, tokens));
+    job->max_tokens = tokens;
+    job->max_ahead = max_ahead;
+    job->on_token = [&, out](int32_t t, std::span<const float>) {
+      std::lock_guard lock(mutex);
+      if (out) out->push_back(t);
+      cv.notify_all();
+    };
+    job->on_done = [&, end](Finish f, const std::string&) {
+      std::lock_guard lock(mutex);
+      *end = f;
+      cv.notify_all();
+    };
+    return job;
+  };
+  auto slow = make(3, 40, 3, &slow_tokens, &slow_end);  // past the window: restarts while paused
+  auto fast = make(4, 200, 0, nullptr, &fast_end);
+  ASSERT_TRUE(engine.submit(slow));
+  ASSERT_TRUE(engine.submit(fast));
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return fast_end.has_value(); }));
+    EXPECT_EQ(*fast_end, Finish::length);
+    EXPECT_EQ(slow_tokens.size(), 3u) << "ran ahead of its consumer";
+    EXPECT_FALSE(slow_end.has_value());
+  }
+  // The consumer takes one token at a time; the job never gets more than 3 ahead.
+  for (size_t taken = 0;; ++taken) {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30),
+                            [&] { return slow_end.has_value() || slow_tokens.size() == taken + 3; }));
+    ASSERT_LE(slow_tokens.size(), taken + 3);
+    if (slow_end) break;
+    lock.unlock();
+    engine.consumed(*slow);
+  }
+  EXPECT_EQ(*slow_end, Finish::length);
+  EXPECT_EQ(slow_tokens, solo_tokens(model, prompt, options(3, 40)));
+
+  auto stuck = make(5, 1 << 30, 1, nullptr, &stuck_end);
+  ASSERT_TRUE(engine.submit(stuck));
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return stuck->ahead.load() == 1; }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the runner goes to sleep
+  engine.cancel(*stuck);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return stuck_end.has_value(); }));
+  EXPECT_EQ(*stuck_end, Finish::abort);
+  EXPECT_EQ(engine.pending(), 0u);
+}
+
 }  // namespace
 }  // namespace lockstep::serve

@@ -332,6 +332,43 @@ def test_write_timeout_drops_a_client_that_stops_reading(serve):
     conn.close()
 
 
+def test_a_client_that_stops_reading_pauses_only_its_own_generations(serve, model):
+    """Flow control: streams whose clients read nothing (16 choices each, every token's top 20
+    logprobs) stop generating once their queued events reach a bound, instead of piling events
+    up in memory and in the event loop's queue; /health and /metrics answer at once and another
+    client's completion runs as usual, with its usual text."""
+    s = serve("--http", "127.0.0.1:0", "--write-timeout", "60")
+    stalled = []
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True, "logprobs": 20, "n": 16}).encode()
+    for _ in range(2):
+        conn = socket.socket()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.settimeout(10)
+        conn.connect(("127.0.0.1", s.port))
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        stalled.append(conn)
+    deadline = time.monotonic() + 30
+    last = -1
+    while True:  # until the stalled streams' generations stop
+        assert time.monotonic() < deadline, "generations whose clients read nothing kept running"
+        began = time.monotonic()
+        status, _, _ = s.request("GET", "/health", timeout=10)
+        assert status == 200 and time.monotonic() - began < 2, "/health waited behind the streams"
+        tokens = metric(s, "lockstep_generation_tokens_total")
+        if tokens == last:
+            break
+        last = tokens
+        time.sleep(0.5)
+    assert metric(s, "lockstep_num_requests_running") == 32  # paused, in the batch
+    began = time.monotonic()
+    text = completion(s, prompt="Hi there", max_tokens=12, temperature=0.9, seed=4)["choices"][0]["text"]
+    assert time.monotonic() - began < 5
+    assert text == generate(model, "Hi there", 12, "0.9", 4).decode("utf-8", errors="replace")
+    for conn in stalled:
+        conn.close()
+    wait_running(s, "0")
+
+
 def test_head_and_streamed_chat(shared_server, model):
     status, headers, body = shared_server.request("HEAD", "/health")
     assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
