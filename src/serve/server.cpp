@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,8 +25,10 @@
 
 #include "serve/batcher.hpp"
 #include "serve/connection.hpp"
+#include "serve/endpoint.hpp"
 #include "serve/generation_engine.hpp"
 #include "serve/http_session.hpp"
+#include "serve/loading.hpp"
 #include "serve/metrics.hpp"
 #include "serve/listener.hpp"
 #include "serve/protocol.hpp"
@@ -37,40 +40,8 @@ namespace {
 namespace asio = boost::asio;
 using UnixListener = serve::Listener<asio::local::stream_protocol>;
 using TcpListener = serve::Listener<asio::ip::tcp>;
-
-// "HOST:PORT" (HOST numeric, "[v6]" or "localhost") -> an endpoint; loopback only unless `any`.
-asio::ip::tcp::endpoint parse_endpoint(const std::string& text, const char* flag, bool any) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + " wants HOST:PORT such as 127.0.0.1:8080, got '" + text + "'");
-  std::string host = text.substr(0, colon);
-  const std::string port_text = text.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host == "localhost") host = "127.0.0.1";
-  unsigned long port = 0;
-  bool ok = port_text.size() <= 5;
-  for (char c : port_text) {
-    ok = ok && c >= '0' && c <= '9';
-    port = port * 10 + static_cast<unsigned long>(c - '0');
-  }
-  if (!ok || port > 65535)
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": port '" + port_text + "' is not in 0..65535");
-  boost::system::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec)
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": '" + host +
-                                                 "' is not a numeric IP address (names are not resolved; localhost is 127.0.0.1)");
-  if (!any && !address.is_loopback())
-    throw Error(ErrorKind::invalid_argument,
-                std::string(flag) + " " + text + " is not a loopback address; nothing authenticates the frame " +
-                    "protocol (and HTTP only with --api-key-file), so other addresses need --listen-any");
-  return {address, static_cast<unsigned short>(port)};
-}
-
-std::string endpoint_text(const asio::ip::tcp::endpoint& e) {
-  const std::string host = e.address().is_v6() ? "[" + e.address().to_string() + "]" : e.address().to_string();
-  return host + ":" + std::to_string(e.port());
-}
+using serve::endpoint_text;
+using serve::parse_endpoint;
 
 void no_delay(serve::StreamSocket& socket) {
   const int one = 1;
@@ -115,7 +86,8 @@ std::vector<uint8_t> frame_of_text(const std::string& text) {
 }  // namespace
 
 struct Server::Impl {
-  Impl(std::shared_ptr<const Model> m, ServerOptions o)
+  // `loading` (null: none) holds the HTTP addresses' sockets, already bound.
+  Impl(std::shared_ptr<const Model> m, ServerOptions o, HttpLoadingListeners::Impl* loading)
       : model(std::move(m)),
         options(checked(o)),
         layout(model->config(), options.outputs, options.at),
@@ -172,8 +144,27 @@ struct Server::Impl {
           admit(std::move(s));
         }));
       }
-      for (const auto& e : web) {
-        TcpListener::Acceptor acceptor = bind_tcp(e, "--http");
+      // Sockets bound while the model loaded are taken over (those left are closed on failure).
+      struct Taken {
+        std::vector<int> fds;
+        ~Taken() {
+          for (int fd : fds)
+            if (fd >= 0) ::close(fd);
+        }
+      } taken;
+      if (loading) {
+        taken.fds = loading->take();
+        if (taken.fds.size() != web.size())
+          throw Error(ErrorKind::invalid_argument, "the loading listeners were bound for other --http addresses");
+      }
+      for (size_t i = 0; i < web.size(); ++i) {
+        const asio::ip::tcp::endpoint& e = web[i];
+        TcpListener::Acceptor acceptor = loading ? TcpListener::Acceptor(strand) : bind_tcp(e, "--http");
+        if (loading) {
+          boost::system::error_code ec;
+          acceptor.assign(e.protocol(), std::exchange(taken.fds[i], -1), ec);
+          if (ec) throw Error(ErrorKind::io, "--http " + endpoint_text(e) + ": cannot take over its socket: " + ec.message());
+        }
         endpoint_names.push_back("http://" + endpoint_text(acceptor.local_endpoint()));
         http_listeners.push_back(std::make_shared<TcpListener>(io, std::move(acceptor), [this](serve::StreamSocket s) {
           no_delay(s);
@@ -263,13 +254,7 @@ void Server::Impl::admit_http(serve::StreamSocket socket) {
 
 TcpListener::Acceptor Server::Impl::bind_tcp(const asio::ip::tcp::endpoint& e, const char* flag) {
   TcpListener::Acceptor acceptor(strand);
-  boost::system::error_code ec;
-  acceptor.open(e.protocol(), ec);
-  if (!ec) ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
-  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor.bind(e, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw Error(ErrorKind::io, std::string(flag) + " " + endpoint_text(e) + ": cannot listen: " + ec.message());
+  serve::listen_on(acceptor, e, flag);
   return acceptor;
 }
 
@@ -305,7 +290,12 @@ void Server::Impl::drain_step() {
 
 Server::Server(std::shared_ptr<const Model> model, ServerOptions options) {
   if (!model) throw Error(ErrorKind::invalid_argument, "Server needs a model");
-  impl_ = std::make_unique<Impl>(std::move(model), std::move(options));
+  impl_ = std::make_unique<Impl>(std::move(model), std::move(options), nullptr);
+}
+
+Server::Server(std::shared_ptr<const Model> model, ServerOptions options, HttpLoadingListeners& loading) {
+  if (!model) throw Error(ErrorKind::invalid_argument, "Server needs a model");
+  impl_ = std::make_unique<Impl>(std::move(model), std::move(options), loading.impl_.get());
 }
 
 Server::~Server() = default;

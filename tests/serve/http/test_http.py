@@ -369,6 +369,16 @@ def test_a_client_that_stops_reading_pauses_only_its_own_generations(serve, mode
     wait_running(s, "0")
 
 
+def test_the_http_port_opens_before_the_model_loads(serve):
+    """The command binds --http before loading and says so on stderr (the port answers 503
+    while loading: tests/serve/loading_test.cpp); the server then serves on that same port."""
+    s = serve("--http", "127.0.0.1:0")
+    assert s.port, s.banner + s.err()
+    assert f"lockstep serve: loading {s.model}; http://127.0.0.1:{s.port} answers 503 until it is ready" in s.err()
+    status, _, body = s.request("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
 def test_head_and_streamed_chat(shared_server, model):
     status, headers, body = shared_server.request("HEAD", "/health")
     assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
