@@ -63,8 +63,9 @@ class PrefixCache {
   // positions; it returns their count (0: none cached, the session stays empty). The caller
   // appends the rest of `tokens` and gets the bits a computation from position 0 gives; the
   // stats count the prefix as reused and the rest as computed. The session takes its keys and
-  // values from this cache's pool from then on, so keep() files them without a copy. (A session appended on the
-  // reference device recomputes from position 0 whatever it holds: use this on cpu.)
+  // values from this cache's pool from then on, so keep() files them without a copy. (A
+  // session appended on the reference device recomputes from position 0 whatever it holds:
+  // use this on cpu.)
   int32_t restore(Session& session, std::span<const int32_t> tokens, int32_t limit);
   // keep: files the positions `session` computed as an entry (its keys and values move in when
   // they are a slab of this cache's pool, else are copied into one) and leaves it empty.
