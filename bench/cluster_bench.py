@@ -146,7 +146,8 @@ def serve_alone(lockstep, model, cores, folder):
                           "--http-batch", "64"], stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", open(out_path, errors="replace").read())
+        # The start line (stdout), not the note on stderr that the port answers 503 while loading.
+        m = re.search(r"^serving .*http://127\.0\.0\.1:(\d+)", open(out_path, errors="replace").read(), re.M)
         if m:
             return p, ("127.0.0.1", int(m.group(1)))
         time.sleep(0.05)

@@ -102,7 +102,8 @@ start_replica() {  # name; first start on free ports, later ones on the same por
 wait_replica() {  # name; waits for its start line, records its ports; 1 if it failed
   local name=$1 line= http frames
   for _ in $(seq 600); do
-    line=$(head -n 1 "$DIR/$name.log" 2>/dev/null || true)
+    # The start line (stderr, in the same log, first says the HTTP port answers 503 while loading).
+    line=$(grep -m 1 '^serving ' "$DIR/$name.log" 2>/dev/null || true)
     case "$line" in serving*) break ;; esac
     kill -0 "${PID[$name]}" 2>/dev/null || break
     sleep 0.05

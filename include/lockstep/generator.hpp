@@ -84,7 +84,9 @@ class Generator {
   // batched call (append_batch): begin_step() returns the tokens to append to session() (after
   // truncating it to 0 itself when the context restarted), or nothing once finished; the caller
   // appends them writing the logits into logits_buffer(); end_step() then samples the token.
-  // next() is exactly begin_step, session().append, end_step.
+  // next() is exactly begin_step, session().append, end_step. Before the first step, session()
+  // may be replaced by one holding the context's first positions (all but the last at most;
+  // PrefixCache::restore): the prompt's prefill then computes only the rest, with the same bits.
   std::optional<std::span<const int32_t>> begin_step();
   int32_t end_step();
   Session& session() { return *session_; }

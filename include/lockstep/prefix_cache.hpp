@@ -18,11 +18,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
 
 namespace lockstep {
+
+class Session;
 
 struct PrefixCacheOptions {
   size_t max_bytes = size_t{256} << 20;
@@ -32,8 +35,10 @@ struct PrefixCacheOptions {
 };
 
 struct PrefixCacheStats {
-  uint64_t rows_computed = 0;  // rows the model computed for the calls that used the cache
-  uint64_t rows_reused = 0;    // rows taken from the cache instead
+  // Rows the model computed for the calls that used the cache (and the prompt rows sessions
+  // started with restore() computed), and rows taken from the cache instead.
+  uint64_t rows_computed = 0;
+  uint64_t rows_reused = 0;
   uint64_t entries = 0;
   uint64_t bytes = 0;
   uint64_t evictions = 0;
@@ -49,6 +54,22 @@ class PrefixCache {
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Sessions through the cache (the HTTP API's generations; a session is outside the LRU while
+  // it runs, so sessions never evict each other).
+  //
+  // restore: an empty `session` on this cache's model takes a copy of the longest cached prefix
+  // of `tokens` of at most `limit` positions (the entry stays, for others) and holds those
+  // positions; it returns their count (0: none cached, the session stays empty). The caller
+  // appends the rest of `tokens` and gets the bits a computation from position 0 gives; the
+  // stats count the prefix as reused and the rest as computed. The session takes its keys and
+  // values from this cache's pool from then on, so keep() files them without a copy. (A
+  // session appended on the reference device recomputes from position 0 whatever it holds:
+  // use this on cpu.)
+  int32_t restore(Session& session, std::span<const int32_t> tokens, int32_t limit);
+  // keep: files the positions `session` computed as an entry (its keys and values move in when
+  // they are a slab of this cache's pool, else are copied into one) and leaves it empty.
+  void keep(Session& session);
 
   PrefixCacheStats stats() const;
   const Model& model() const;

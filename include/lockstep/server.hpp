@@ -81,6 +81,8 @@ struct ServerStats {
   uint64_t rows_reused = 0;    // rows the prefix cache supplied instead
 };
 
+class HttpLoadingListeners;
+
 class Server {
  public:
   // Checks the options (an unknown output is refused listing the model's outputs), then binds
@@ -90,6 +92,9 @@ class Server {
   //   - a path holding anything but a socket is refused.
   // Throws Error naming the path and the reason. Clients can connect once this returns.
   Server(std::shared_ptr<const Model> model, ServerOptions options);
+  // The same, taking over `loading`'s sockets (bound for the same options.http) instead of
+  // binding the HTTP addresses again: the ports answered 503 while the model loaded.
+  Server(std::shared_ptr<const Model> model, ServerOptions options, HttpLoadingListeners& loading);
   // Stops, waits for the connections to end and removes the socket if serve() did not.
   ~Server();
   Server(const Server&) = delete;
@@ -119,6 +124,32 @@ class Server {
   struct Impl;
 
  private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The HTTP addresses of a server, bound before its model is loaded (which can take minutes):
+// until a Server takes them over, on a thread of their own, each answers GET /health with 503
+// {"status": "loading"} and any other request with 503 in OpenAI's error shape (code
+// "loading"), `Retry-After: 1`, one request per connection. A load balancer or client sees the
+// replica coming up, not a refused connection; requests arriving while the Server takes over
+// wait in the listen backlog. The frame protocol's sockets are bound by the Server itself.
+class HttpLoadingListeners {
+ public:
+  // Binds options.http (the Server's rules: loopback unless listen_any; port 0 picks one) and
+  // starts answering. Throws Error naming an address it cannot use.
+  explicit HttpLoadingListeners(const ServerOptions& options);
+  // Stops answering; closes the sockets a Server did not take.
+  ~HttpLoadingListeners();
+  HttpLoadingListeners(const HttpLoadingListeners&) = delete;
+  HttpLoadingListeners& operator=(const HttpLoadingListeners&) = delete;
+
+  // "http://HOST:PORT" with the ports bound, in the order of options.http.
+  std::vector<std::string> endpoints() const;
+
+  struct Impl;
+
+ private:
+  friend class Server;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -204,8 +204,18 @@ Run add_serve(CLI::App& app) {
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist
     ::signal(SIGPIPE, SIG_IGN);  // a vanished client or stdout reader is an error return, not a kill
+    // The HTTP ports open first and answer 503 while the model loads (a load balancer sees the
+    // replica coming up); the Server takes them over.
+    std::unique_ptr<HttpLoadingListeners> loading;
+    if (!options.http.empty()) {
+      loading = std::make_unique<HttpLoadingListeners>(options);
+      std::string where;
+      for (const std::string& e : loading->endpoints()) where += (where.empty() ? "" : " and ") + e;
+      std::fprintf(stderr, "lockstep serve: loading %s; %s answers 503 until it is ready\n", f->model.path.c_str(),
+                   where.c_str());
+    }
     const std::shared_ptr<const Model> model = Model::load(f->model.path, load);
-    Server server(model, std::move(options));
+    Server server = loading ? Server(model, std::move(options), *loading) : Server(model, std::move(options));
     const ServerOptions& o = server.options();
     std::string where;
     for (const std::string& e : server.endpoints()) {

@@ -1,6 +1,7 @@
 // The generation loop and its window policy (include/lockstep/generator.hpp).
 #include "lockstep/generator.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "lockstep/error.hpp"
@@ -77,7 +78,17 @@ std::optional<std::span<const int32_t>> Generator::begin_step() {
   }
   logits_.resize(static_cast<size_t>(model_->config().vocab_size));
   ++prefills_;  // undone below when only the new token is appended
-  if (!pending_) return context_.tokens();  // the first step: the prompt's prefill
+  if (!pending_) {
+    // The first step: the prompt's prefill, after the positions the session already holds (a
+    // prefix cache's, PrefixCache::restore), which must be the context's first ones.
+    const std::span<const int32_t> context = context_.tokens();
+    const std::span<const int32_t> held = session_->tokens();
+    if (held.size() >= context.size() || !std::equal(held.begin(), held.end(), context.begin()))
+      throw Error(ErrorKind::state, "the generator's session holds " + std::to_string(held.size()) +
+                                        " positions that are not a prefix of its " + std::to_string(context.size()) +
+                                        "-token context");
+    return context.subspan(held.size());
+  }
   if (context_.push(*pending_)) {
     session_->truncate(0);
     return context_.tokens();

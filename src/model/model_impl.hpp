@@ -152,6 +152,8 @@ struct KvCache {
   float* layer_keys(int32_t l) const { return keys() + static_cast<int64_t>(l) * kv_dim * capacity; }
   float* layer_values(int32_t l) const { return values() + static_cast<int64_t>(l) * capacity * kv_dim; }
   size_t bytes() const { return 2 * static_cast<size_t>(n_layers) * capacity * kv_dim * sizeof(float); }
+  // The pool its memory is a slab of; null when it is its own.
+  const KvPool* pool() const { return pool_.get(); }
 
  private:
   void release() noexcept;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "model/prefix_cache_impl.hpp"
+#include "model/session_impl.hpp"
 
 namespace lockstep {
 
@@ -41,6 +42,54 @@ const Model& PrefixCache::model() const { return *impl_->model; }
 PrefixCacheStats PrefixCache::stats() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->stats;
+}
+
+int32_t PrefixCache::restore(Session& session, std::span<const int32_t> tokens, int32_t limit) {
+  Session::Impl& s = session.impl();
+  if (s.model.get() != impl_->model.get())
+    throw Error(ErrorKind::invalid_argument, "the session belongs to another model than the prefix cache");
+  if (!s.tokens.empty())
+    throw Error(ErrorKind::state, "a session restored from the prefix cache must be empty; it holds " +
+                                      std::to_string(s.tokens.size()) + " positions");
+  limit = std::min(limit, static_cast<int32_t>(tokens.size()));
+  Impl& c = *impl_;
+  std::unique_ptr<KvCache> kv;
+  std::lock_guard lock(c.mutex);
+  if (!s.cache) s.pool = c.pool;  // its slab (taken at its first append) can later move in whole
+  const auto [entry, length] = c.find(tokens, limit);
+  if (entry) {
+    s.pool = c.pool;
+    // A copy: the entry stays for the other sessions and calls sharing the prefix. The slab comes
+    // from the cache's pool without asking it to evict under its own lock (acquire).
+    kv = c.acquire(entry);
+    kv->copy_from(*entry->kv, length);
+    s.tokens.assign(tokens.begin(), tokens.begin() + length);
+    s.cache = std::move(kv);
+    s.cached = length;
+  }
+  c.stats.rows_reused += static_cast<uint64_t>(length);
+  c.stats.rows_computed += tokens.size() - static_cast<size_t>(length);
+  return length;
+}
+
+void PrefixCache::keep(Session& session) {
+  Session::Impl& s = session.impl();
+  if (s.model.get() != impl_->model.get())
+    throw Error(ErrorKind::invalid_argument, "the session belongs to another model than the prefix cache");
+  const int32_t n = std::min(s.cached, static_cast<int32_t>(s.tokens.size()));
+  std::unique_ptr<KvCache> kv = std::move(s.cache);
+  const std::vector<int32_t> tokens(s.tokens.begin(), s.tokens.begin() + std::max(n, 0));
+  s.tokens.clear();
+  s.cached = 0;
+  if (!kv || n <= 0) return;  // nothing computed (or the reference device, which keeps no keys)
+  Impl& c = *impl_;
+  std::lock_guard lock(c.mutex);
+  if (kv->pool() != c.pool.get()) {
+    std::unique_ptr<KvCache> slab = c.acquire(nullptr);
+    slab->copy_from(*kv, n);
+    kv = std::move(slab);
+  }
+  c.insert(tokens, std::move(kv));
 }
 
 std::vector<uint64_t> PrefixCache::Impl::prefix_hashes(std::span<const int32_t> tokens) const {

@@ -3,20 +3,9 @@
 #include <set>
 
 #include "core/fpenv.hpp"
-#include "model/kv_pool_impl.hpp"
-#include "model/model_impl.hpp"
+#include "model/session_impl.hpp"
 
 namespace lockstep {
-
-struct Session::Impl {
-  std::shared_ptr<const Model> model;
-  CallOptions call;
-  std::vector<int32_t> tokens;
-  std::shared_ptr<KvPool> pool;  // where `cache` comes from; null: its own allocation
-  // The fast path's keys and values for positions [0, cached); made on the first cpu append.
-  std::unique_ptr<KvCache> cache;
-  int32_t cached = 0;
-};
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

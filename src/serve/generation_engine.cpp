@@ -17,11 +17,13 @@ const char* finish_name(Finish f) {
   return "error";
 }
 
-GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics)
+GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics,
+                                   PrefixCache* cache)
     : max_active_(static_cast<size_t>(std::max(max_active, 1))),
       max_queue_(static_cast<size_t>(std::max(max_queue, 0))),
       call_(call),
       metrics_(metrics),
+      cache_(cache),
       runner_([this] { run_loop(); }) {}
 
 GenerationEngine::~GenerationEngine() {
@@ -54,6 +56,28 @@ void GenerationEngine::abort_all() {
   wake_.notify_one();
 }
 
+void GenerationEngine::cancel(GenerationJob& job) {
+  job.cancelled.store(true);
+  { std::lock_guard lock(mutex_); }  // the runner is waiting, or sees the flag before it waits
+  wake_.notify_one();
+}
+
+void GenerationEngine::consumed(GenerationJob& job, int32_t tokens) {
+  const int32_t before = job.ahead.fetch_sub(tokens);
+  if (job.max_ahead <= 0 || before < job.max_ahead || before - tokens >= job.max_ahead) return;
+  { std::lock_guard lock(mutex_); }  // it was waiting for this: as in cancel()
+  wake_.notify_one();
+}
+
+namespace {
+
+// Whether a step would do anything for the job: leave (cancelled) or decode (not too far ahead).
+bool can_step(const GenerationJob& job) {
+  return job.cancelled.load() || job.max_ahead <= 0 || job.ahead.load() < job.max_ahead;
+}
+
+}  // namespace
+
 size_t GenerationEngine::pending() const {
   std::lock_guard lock(mutex_);
   return waiting_.size() + active_count_;
@@ -63,7 +87,12 @@ void GenerationEngine::run_loop() noexcept {
   std::vector<std::shared_ptr<GenerationJob>> active;
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return quitting_ || aborting_ || !waiting_.empty() || !active.empty(); });
+    // Jobs that all wait for their consumers, with no room for a waiting one, leave nothing to
+    // do: the runner sleeps until consumed() or cancel() (or a submit, an abort) wakes it.
+    wake_.wait(lock, [&] {
+      return quitting_ || aborting_ || (!waiting_.empty() && active.size() < max_active_) ||
+             std::any_of(active.begin(), active.end(), [](const auto& j) { return can_step(*j); });
+    });
     if (aborting_) {
       for (auto& j : waiting_) active.push_back(std::move(j));
       waiting_.clear();
@@ -86,23 +115,50 @@ void GenerationEngine::run_loop() noexcept {
   }
 }
 
+void GenerationEngine::start(GenerationJob& job) {
+  job.started = true;
+  Generator& g = *job.generator;
+  Session& session = g.session();
+  if (!cache_ || &session.model() != &cache_->model() || session.length() != 0) return;
+  // The reference device keeps no keys: it recomputes from position 0 whatever the session holds.
+  if (call_.device.value_or(session.model().default_device()) != Device::cpu) return;
+  const std::span<const int32_t> context = g.context().tokens();
+  // At most all but the last position: the last one's logits are computed by the first step.
+  const int32_t reused = cache_->restore(session, context, static_cast<int32_t>(context.size()) - 1);
+  rows_reused_.fetch_add(static_cast<uint64_t>(reused), std::memory_order_relaxed);
+}
+
+void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::string& error) noexcept {
+  if (cache_ && job.started && finish != Finish::error) {
+    try {
+      cache_->keep(job.generator->session());
+    } catch (...) {
+      // Not filed (out of memory): a later request computes those rows itself.
+    }
+  }
+  job.on_done(finish, error);
+}
+
 void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active) noexcept {
   // Leaving: cancelled ones, and those whose generator is finished.
   std::vector<SessionStep> steps;
   std::vector<std::shared_ptr<GenerationJob>> stepping;
   for (auto& job : active) {
+    if (!can_step(*job)) continue;  // too far ahead of its consumer: it waits, in the batch
     if (job->cancelled.load()) {
-      job->on_done(Finish::abort, {});
+      finish(*job, Finish::abort, {});
       job.reset();
       continue;
     }
     try {
+      if (!job->started) start(*job);
       const auto tokens = job->generator->begin_step();
       if (!tokens) {
-        job->on_done(Finish::length, {});
+        finish(*job, Finish::length, {});
         job.reset();
         continue;
       }
+      rows_computed_.fetch_add(tokens->size(), std::memory_order_relaxed);
       steps.push_back({&job->generator->session(), *tokens, job->generator->logits_buffer(), nullptr});
       stepping.push_back(job);
     } catch (const std::exception& e) {
@@ -116,8 +172,10 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
   try {
     append_batch(steps, call_);
   } catch (const std::exception& e) {
-    for (auto& job : stepping) job->on_done(Finish::error, e.what());
-    active.clear();
+    for (auto& job : stepping) {
+      job->on_done(Finish::error, e.what());
+      std::erase(active, job);  // those waiting for their consumers stay
+    }
     return;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -129,6 +187,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
     (job->first ? metrics_.time_to_first_token : metrics_.time_per_token).observe(since.count());
     job->first = false;
     job->last_token = now;
+    job->ahead.fetch_add(1);
     job->on_token(token, g.logits());
     bool stopped = job->stop_now;
     if (!job->stops.empty()) {
@@ -140,7 +199,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
         stopped |= job->tail.size() >= s.size() && job->tail.compare(job->tail.size() - s.size(), s.size(), s) == 0;
     }
     if (stopped || g.generated() >= job->max_tokens) {
-      job->on_done(stopped ? Finish::stop : Finish::length, {});
+      finish(*job, stopped ? Finish::stop : Finish::length, {});
       std::erase(active, job);
     }
   }

@@ -5,8 +5,18 @@
 // new one joins at the next step. append_batch gives each session the bits it would get alone,
 // so a generation's tokens do not depend on what it runs with.
 //
+// With a prefix cache (cpu only), a generation's prompt prefill starts from the longest cached
+// prefix of its context (PrefixCache::restore, a copy: the entry stays for others), and a
+// generation that ends (length, stop or abort) files the rows it computed (PrefixCache::keep:
+// the context it last computed, the prompt and every generated token but the last), so a
+// follow-up sharing that prefix (a chat's next turn) computes only what is new. The bits are
+// those of a computation from position 0 (docs/ARITHMETIC.md), cold, warm or without a cache.
+//
 // The runner never touches a socket: it hands tokens and the end to callbacks, which post them
-// to the connection's executor.
+// to the connection's executor. A job may bound how far it runs ahead of its consumer
+// (max_ahead): a client that reads slower than the model generates then pauses its own
+// generation, not the event loop, which would otherwise fall behind on a growing queue of
+// posted tokens and events nobody reads (and answer /health and /metrics late).
 #pragma once
 
 #include <atomic>
@@ -23,6 +33,7 @@
 #include <vector>
 
 #include "lockstep/generator.hpp"
+#include "lockstep/prefix_cache.hpp"
 #include "serve/metrics.hpp"
 
 namespace lockstep::serve {
@@ -39,18 +50,26 @@ struct GenerationJob {
   std::function<void(Finish, const std::string& error)> on_done;  // called exactly once
   // Set by on_token: a stop string ended the text (a tokenizer's, which `stops` cannot see).
   bool stop_now = false;
-  std::atomic<bool> cancelled{false};  // set from any thread: leaves at the next step (abort)
+  std::atomic<bool> cancelled{false};  // set with GenerationEngine::cancel: leaves at the next step (abort)
+  // Flow control (0: none): at most this many tokens handed to on_token and not yet given back
+  // with GenerationEngine::consumed. A job that far ahead skips steps (keeping its place in the
+  // batch, and its bits) until its consumer catches up.
+  int32_t max_ahead = 0;
+  std::atomic<int32_t> ahead{0};
 
   // The runner's own state.
   std::string tail;
   std::chrono::steady_clock::time_point admitted, last_token;
   bool first = true;
+  bool started = false;  // its session was set up (from the prefix cache)
 };
 
 class GenerationEngine {
  public:
-  // `max_active` generations decode together; at most `max_queue` more wait.
-  GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics);
+  // `max_active` generations decode together; at most `max_queue` more wait. `cache` (null:
+  // none) must outlive the engine.
+  GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics,
+                   PrefixCache* cache = nullptr);
   ~GenerationEngine();  // aborts what is left, then ends the runner
   GenerationEngine(const GenerationEngine&) = delete;
   GenerationEngine& operator=(const GenerationEngine&) = delete;
@@ -59,17 +78,32 @@ class GenerationEngine {
   bool submit(std::shared_ptr<GenerationJob> job);
   // Every job, waiting or active, ends with Finish::abort at the next step. Any thread.
   void abort_all();
+  // This job ends with Finish::abort at the next step, even one waiting for its consumer. Any thread.
+  void cancel(GenerationJob& job);
+  // The consumer has taken `tokens` more of the job's tokens (flow control). Any thread.
+  void consumed(GenerationJob& job, int32_t tokens = 1);
   // Jobs waiting or active.
   size_t pending() const;
+  // Rows the model computed for the generations (prefills and steps), and prompt rows the prefix
+  // cache supplied instead. Any thread.
+  uint64_t rows_computed() const { return rows_computed_.load(std::memory_order_relaxed); }
+  uint64_t rows_reused() const { return rows_reused_.load(std::memory_order_relaxed); }
 
  private:
   void run_loop() noexcept;
   void step(std::vector<std::shared_ptr<GenerationJob>>& active) noexcept;
+  // Its session from the prefix cache, before its first step.
+  void start(GenerationJob& job);
+  // Files what it computed in the prefix cache (unless it failed), then calls on_done.
+  void finish(GenerationJob& job, Finish finish, const std::string& error) noexcept;
 
   const size_t max_active_;
   const size_t max_queue_;
   const CallOptions call_;
   Metrics& metrics_;
+  PrefixCache* const cache_;
+  std::atomic<uint64_t> rows_computed_{0};
+  std::atomic<uint64_t> rows_reused_{0};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<GenerationJob>> waiting_;

@@ -35,6 +35,13 @@ uint64_t random_u64() {
   return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
 }
 
+// Flow control (http_session.hpp): how many tokens a generation may run ahead of this
+// connection, and how many bytes may wait to be written before a stream's tokens are no longer
+// given back. 32 tokens keep a step's worth of work queued for every generation without letting
+// the event loop's queue grow; 256 KiB is a few hundred events with the most logprobs.
+constexpr int32_t max_tokens_ahead = 32;
+constexpr size_t max_queued_bytes = size_t{256} << 10;
+
 std::string random_id(const char* prefix) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(random_u64()));
@@ -192,6 +199,7 @@ void HttpSession::completion(bool chat) {
       throw ApiError(400, e.what(), chat ? "messages" : "prompt");
     }
     job->max_tokens = r.max_tokens;
+    job->max_ahead = max_tokens_ahead;
     // With a tokenizer the text is decoded on the runner, as each token comes, so that a stop
     // string ends the generation at that very token (as `generate --stop`); the runner calls a
     // job's callbacks one at a time, so the stream needs no lock. The callbacks hold the tokenizer
@@ -236,7 +244,7 @@ void HttpSession::completion(bool chat) {
   for (size_t i = 0; i < choices_.size(); ++i) {
     if (!context_.engine.submit(choices_[i].job)) {
       // Those already queued are cancelled; their ends come back and are only counted.
-      for (size_t k = 0; k < i; ++k) choices_[k].job->cancelled.store(true);
+      for (size_t k = 0; k < i; ++k) context_.engine.cancel(*choices_[k].job);
       abandoned_ = true;
       finished_ = choices_.size() - i;  // the ones never submitted will not report
       for (size_t k = i; k < choices_.size(); ++k) choices_[k].job.reset();  // never submitted: break the cycle
@@ -283,7 +291,15 @@ void HttpSession::cancel_generation() {
   if (finished_ >= choices_.size() || abandoned_) return;
   abandoned_ = true;
   for (Choice& c : choices_)
-    if (!c.finish && c.job) c.job->cancelled.store(true);
+    if (!c.finish && c.job) context_.engine.cancel(*c.job);
+}
+
+void HttpSession::give_back_tokens() {
+  if (queued_bytes_ > max_queued_bytes) return;  // write_next gives them back as the writes go
+  for (Choice& c : choices_) {
+    if (c.owed > 0 && c.job) context_.engine.consumed(*c.job, c.owed);
+    c.owed = 0;
+  }
 }
 
 void HttpSession::send_event(const std::string& data) {
@@ -302,15 +318,17 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
     if (lp) c.logprobs.push_back(*lp);
     if (completion_.stream && (!settled.empty() || lp || !context_.tokenizer))
       send_event(chunk_json(index, settled, lp, nullptr, completion_.chat));
-    return;
+  } else {
+    const char byte = static_cast<char>(token & 0xff);
+    c.bytes.push_back(byte);
+    if (lp) c.logprobs.push_back(*lp);
+    if (completion_.stream) {
+      const std::string text = c.utf8.push(std::string_view(&byte, 1));
+      if (!text.empty() || lp) send_event(chunk_json(index, text, lp, nullptr, completion_.chat));
+    }
   }
-  const char byte = static_cast<char>(token & 0xff);
-  c.bytes.push_back(byte);
-  if (lp) c.logprobs.push_back(*lp);
-  if (completion_.stream) {
-    const std::string text = c.utf8.push(std::string_view(&byte, 1));
-    if (!text.empty() || lp) send_event(chunk_json(index, text, lp, nullptr, completion_.chat));
-  }
+  ++c.owed;  // flow control: the token is taken (given back once its events are written)
+  give_back_tokens();
 }
 
 std::string HttpSession::choice_sha256(const Choice& c) const {
@@ -482,6 +500,7 @@ void HttpSession::respond_error(int status, const std::string& message, const st
 void HttpSession::send(std::string bytes, bool close_after) {
   if (closed_) return;
   if (close_after) close_after_writes_ = true;
+  queued_bytes_ += bytes.size();
   if (!bytes.empty()) writes_.push_back(std::move(bytes));
   if (!writing_) write_next();
 }
@@ -502,7 +521,9 @@ void HttpSession::write_next() {
   asio::async_write(socket_, asio::buffer(writes_.front()),
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                       if (ec) return self->close();
+                      self->queued_bytes_ -= self->writes_.front().size();
                       self->writes_.pop_front();
+                      self->give_back_tokens();
                       self->write_next();
                     });
 }

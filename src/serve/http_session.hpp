@@ -3,6 +3,10 @@
 // generation to the GenerationEngine and holds nothing but its callbacks until tokens come back,
 // posted to this connection's strand; a streamed one writes each piece as server-sent events.
 // A client that goes away cancels its generations (they leave the batch at the next step).
+// Flow control: a generation runs at most a few tokens ahead of what this connection has taken,
+// and a streamed one's tokens are given back only while the writes queued for its client stay
+// under a bound, so a client that reads slowly pauses its own generations (until it reads, or
+// the write timeout drops it) instead of piling events up in memory and in the event loop.
 #pragma once
 
 #include <atomic>
@@ -67,6 +71,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::vector<TokenLogprobs> logprobs;
     std::optional<Finish> finish;
     uint64_t seed = 0;
+    int32_t owed = 0;  // tokens taken but not yet given back to the engine (flow control)
   };
 
   void read_request();
@@ -82,6 +87,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void finish_completion();
   void watch_disconnect();
   void cancel_generation();
+  // Gives the engine back the tokens taken, unless the writes queued are past their bound.
+  void give_back_tokens();
 
   void respond(int status, const std::string& content_type, const std::string& body,
                const std::vector<std::pair<std::string, std::string>>& headers = {});
@@ -115,6 +122,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool closed_ = false;
   // Writes, one at a time.
   std::deque<std::string> writes_;
+  size_t queued_bytes_ = 0;  // in writes_
   bool writing_ = false;
   bool close_after_writes_ = false;
   bool response_done_ = false;  // the response's last bytes are queued

@@ -117,8 +117,10 @@ std::string Metrics::text(const std::string& replica, const std::string& model_n
   counter("lockstep_generation_tokens_total", "Tokens generated.", generation_tokens.load());
   gauge("lockstep_num_requests_waiting", "Generations queued, not yet decoding.", waiting.load());
   gauge("lockstep_num_requests_running", "Generations in the decoding batch.", running.load());
-  counter("lockstep_prefix_cache_rows_reused_total", "Rows the prefix cache supplied (frame protocol).", rows_reused);
-  counter("lockstep_prefix_cache_rows_computed_total", "Rows the model computed (frame protocol).", rows_computed);
+  counter("lockstep_prefix_cache_rows_reused_total",
+          "Rows the prefix cache supplied (frame protocol calls and HTTP generations' prompts).", rows_reused);
+  counter("lockstep_prefix_cache_rows_computed_total",
+          "Rows the model computed (frame protocol calls and HTTP generations).", rows_computed);
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n" + h.text(name);
   };

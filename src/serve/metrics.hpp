@@ -41,7 +41,8 @@ struct Metrics {
   Histogram time_per_token;         // seconds between a generation's tokens
 
   // The exposition, every sample labelled replica="<replica>" so that scrapes of several
-  // replicas stay apart; `rows_reused`/`rows_computed` come from the prefix cache.
+  // replicas stay apart; `rows_reused`/`rows_computed` are the frame protocol's and the HTTP
+  // generations' rows, from the prefix cache and computed.
   std::string text(const std::string& replica, const std::string& model_name, const std::string& profile, const std::string& sha256,
                    uint64_t rows_reused, uint64_t rows_computed) const;
 

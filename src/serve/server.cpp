@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,8 +26,10 @@
 #include "lockstep/tokenizer.hpp"
 #include "serve/batcher.hpp"
 #include "serve/connection.hpp"
+#include "serve/endpoint.hpp"
 #include "serve/generation_engine.hpp"
 #include "serve/http_session.hpp"
+#include "serve/loading.hpp"
 #include "serve/metrics.hpp"
 #include "serve/listener.hpp"
 #include "serve/protocol.hpp"
@@ -38,40 +41,8 @@ namespace {
 namespace asio = boost::asio;
 using UnixListener = serve::Listener<asio::local::stream_protocol>;
 using TcpListener = serve::Listener<asio::ip::tcp>;
-
-// "HOST:PORT" (HOST numeric, "[v6]" or "localhost") -> an endpoint; loopback only unless `any`.
-asio::ip::tcp::endpoint parse_endpoint(const std::string& text, const char* flag, bool any) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + " wants HOST:PORT such as 127.0.0.1:8080, got '" + text + "'");
-  std::string host = text.substr(0, colon);
-  const std::string port_text = text.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host == "localhost") host = "127.0.0.1";
-  unsigned long port = 0;
-  bool ok = port_text.size() <= 5;
-  for (char c : port_text) {
-    ok = ok && c >= '0' && c <= '9';
-    port = port * 10 + static_cast<unsigned long>(c - '0');
-  }
-  if (!ok || port > 65535)
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": port '" + port_text + "' is not in 0..65535");
-  boost::system::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec)
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": '" + host +
-                                                 "' is not a numeric IP address (names are not resolved; localhost is 127.0.0.1)");
-  if (!any && !address.is_loopback())
-    throw Error(ErrorKind::invalid_argument,
-                std::string(flag) + " " + text + " is not a loopback address; nothing authenticates the frame " +
-                    "protocol (and HTTP only with --api-key-file), so other addresses need --listen-any");
-  return {address, static_cast<unsigned short>(port)};
-}
-
-std::string endpoint_text(const asio::ip::tcp::endpoint& e) {
-  const std::string host = e.address().is_v6() ? "[" + e.address().to_string() + "]" : e.address().to_string();
-  return host + ":" + std::to_string(e.port());
-}
+using serve::endpoint_text;
+using serve::parse_endpoint;
 
 void no_delay(serve::StreamSocket& socket) {
   const int one = 1;
@@ -123,7 +94,8 @@ std::vector<uint8_t> frame_of_text(const std::string& text) {
 }  // namespace
 
 struct Server::Impl {
-  Impl(std::shared_ptr<const Model> m, ServerOptions o)
+  // `loading` (null: none) holds the HTTP addresses' sockets, already bound.
+  Impl(std::shared_ptr<const Model> m, ServerOptions o, HttpLoadingListeners::Impl* loading)
       : model(std::move(m)),
         options(checked(o)),
         layout(model->config(), options.outputs, options.at),
@@ -136,12 +108,15 @@ struct Server::Impl {
         wake_reader(strand),
         batcher(*model, layout, options.batch, options.call, cache.get()),
         context{layout, handshake_frame, batcher, calls, options.idle_timeout, options.idle_close},
-        engine(options.http_options.max_active, options.http_options.max_queue, options.call, metrics),
+        engine(options.http_options.max_active, options.http_options.max_queue, options.call, metrics, cache.get()),
         http_context{model,
                      model_name(*model, options.http_options.model_name),
                      engine,
                      metrics,
-                     [this] { return std::pair<uint64_t, uint64_t>(batcher.rows_reused(), batcher.rows_computed()); },
+                     [this] {
+                       return std::pair<uint64_t, uint64_t>(batcher.rows_reused() + engine.rows_reused(),
+                                                            batcher.rows_computed() + engine.rows_computed());
+                     },
                      options.http_options.max_body,
                      options.http_options.read_timeout,
                      options.http_options.write_timeout,
@@ -177,15 +152,34 @@ struct Server::Impl {
           admit(std::move(s));
         }));
       }
-      for (const auto& e : web) {
-        TcpListener::Acceptor acceptor = bind_tcp(e, "--http");
+      // Sockets bound while the model loaded are taken over (those left are closed on failure).
+      struct Taken {
+        std::vector<int> fds;
+        ~Taken() {
+          for (int fd : fds)
+            if (fd >= 0) ::close(fd);
+        }
+      } taken;
+      if (loading) {
+        taken.fds = loading->take();
+        if (taken.fds.size() != web.size())
+          throw Error(ErrorKind::invalid_argument, "the loading listeners were bound for other --http addresses");
+      }
+      for (size_t i = 0; i < web.size(); ++i) {
+        const asio::ip::tcp::endpoint& e = web[i];
+        TcpListener::Acceptor acceptor = loading ? TcpListener::Acceptor(strand) : bind_tcp(e, "--http");
+        if (loading) {
+          boost::system::error_code ec;
+          acceptor.assign(e.protocol(), std::exchange(taken.fds[i], -1), ec);
+          if (ec) throw Error(ErrorKind::io, "--http " + endpoint_text(e) + ": cannot take over its socket: " + ec.message());
+        }
         endpoint_names.push_back("http://" + endpoint_text(acceptor.local_endpoint()));
         http_listeners.push_back(std::make_shared<TcpListener>(io, std::move(acceptor), [this](serve::StreamSocket s) {
           no_delay(s);
           admit_http(std::move(s));
         }));
       }
-      replica = options.replica.empty() ? default_replica_name() : options.replica;
+      replica = options.replica.empty() ? serve::default_replica_name(endpoint_names, options.socket_path) : options.replica;
       handshake = serve::handshake_json(*model, layout, replica);
       handshake_frame = frame_of_text(handshake);
       context.handshake_frame = handshake_frame;
@@ -211,8 +205,6 @@ struct Server::Impl {
   void drain_step();
   // On the strand: the stop, once.
   void begin_stop();
-  // The host name and the first bound port (HTTP, else TCP), else the host name and the socket.
-  std::string default_replica_name() const;
 
   std::shared_ptr<const Model> model;
   ServerOptions options;
@@ -251,15 +243,6 @@ struct Server::Impl {
   bool served = false;
 };
 
-std::string Server::Impl::default_replica_name() const {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
-  for (const char* scheme : {"http://", "tcp:"})
-    for (const std::string& e : endpoint_names)
-      if (e.rfind(scheme, 0) == 0) return std::string(host) + e.substr(e.rfind(':'));
-  return std::string(host) + ":" + options.socket_path;
-}
-
 void Server::Impl::admit(serve::StreamSocket socket) {
   if (stopping) return;  // accepted as the stop began: the socket closes
   if (connections.size() >= static_cast<size_t>(options.max_connections)) {
@@ -284,13 +267,7 @@ void Server::Impl::admit_http(serve::StreamSocket socket) {
 
 TcpListener::Acceptor Server::Impl::bind_tcp(const asio::ip::tcp::endpoint& e, const char* flag) {
   TcpListener::Acceptor acceptor(strand);
-  boost::system::error_code ec;
-  acceptor.open(e.protocol(), ec);
-  if (!ec) ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
-  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor.bind(e, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw Error(ErrorKind::io, std::string(flag) + " " + endpoint_text(e) + ": cannot listen: " + ec.message());
+  serve::listen_on(acceptor, e, flag);
   return acceptor;
 }
 
@@ -326,7 +303,12 @@ void Server::Impl::drain_step() {
 
 Server::Server(std::shared_ptr<const Model> model, ServerOptions options) {
   if (!model) throw Error(ErrorKind::invalid_argument, "Server needs a model");
-  impl_ = std::make_unique<Impl>(std::move(model), std::move(options));
+  impl_ = std::make_unique<Impl>(std::move(model), std::move(options), nullptr);
+}
+
+Server::Server(std::shared_ptr<const Model> model, ServerOptions options, HttpLoadingListeners& loading) {
+  if (!model) throw Error(ErrorKind::invalid_argument, "Server needs a model");
+  impl_ = std::make_unique<Impl>(std::move(model), std::move(options), loading.impl_.get());
 }
 
 Server::~Server() = default;

@@ -8,6 +8,7 @@
 #include "lockstep/call.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/prefix_cache.hpp"
+#include "lockstep/session.hpp"
 #include "model/prefix_cache_impl.hpp"
 #include "support/test_util.hpp"
 
@@ -159,6 +160,62 @@ TEST(PrefixCache, CollidingKeysFileAnEntryOncePerKeyAndKeepTheIndexConsistent) {
         }
       }
     }
+  }
+}
+
+// Sessions through the cache (PrefixCache::restore and keep): a session started from a cached
+// prefix and given the rest gets the logits of a session computed from position 0, bit for bit,
+// whether the prefix came from a call's entry or a kept session's, from a shorter or a longer
+// entry, through forced collisions; keep files a session's rows whether its keys are a slab of
+// the cache's pool or its own; and restore refuses a session that is not empty.
+TEST(PrefixCache, SessionsRestoredFromTheCacheGetTheBitsOfAFreshOne) {
+  const ModelConfig c = test::tiny_gqa_config(20);
+  const auto model = Model::from_parameters(c, init_parameters(c, 24));
+  const auto text = test::random_ids(c.length, c.vocab_size, 50);
+  // Logits as bytes, so that the comparisons are of bits.
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint8_t> b(v.size() * sizeof(float));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto fresh_logits = [&](int32_t n) {
+    Session s(model, {Device::cpu, 1});
+    return bits(s.append(std::span<const int32_t>(text).subspan(0, static_cast<size_t>(n))));
+  };
+  for (const PrefixCacheOptions& options : {PrefixCacheOptions{size_t{64} << 20, 16, ~uint64_t{0}},
+                                            PrefixCacheOptions{size_t{64} << 20, 4, 0x3}}) {
+    PrefixCache cache(model, options);
+    const std::span<const int32_t> all(text);
+    // Cold: nothing restored; the session computes everything and is kept.
+    Session a(model, {Device::cpu, 2});
+    EXPECT_EQ(cache.restore(a, all.subspan(0, 12), 11), 0);
+    EXPECT_EQ(a.length(), 0);
+    EXPECT_EQ(bits(a.append(all.subspan(0, 12))), fresh_logits(12));
+    cache.keep(a);
+    EXPECT_EQ(a.length(), 0);
+    EXPECT_EQ(cache.stats().entries, 1u);
+    // A longer text: the 12 kept positions come back (the entry's whole length), the rest is new.
+    Session b(model, {Device::cpu, 2});
+    EXPECT_EQ(cache.restore(b, all.subspan(0, 18), 17), 12);
+    EXPECT_EQ(bits(b.append(all.subspan(12, 6))), fresh_logits(18));
+    cache.keep(b);  // replaces the 12-position entry, which is its prefix
+    EXPECT_EQ(cache.stats().entries, 1u);
+    // A shorter text than the entry: a copy of its first positions (found at a block boundary).
+    Session d(model, {Device::cpu, 1});
+    const int32_t got = cache.restore(d, all.subspan(0, 9), 8);
+    EXPECT_EQ(got, options.block == 16 ? 0 : 8);
+    EXPECT_EQ(bits(d.append(all.subspan(static_cast<size_t>(got), static_cast<size_t>(9 - got)))), fresh_logits(9));
+    // Not empty: refused, nothing changed.
+    EXPECT_THROW(cache.restore(d, all.subspan(0, 18), 17), Error);
+    EXPECT_EQ(d.length(), 9);
+    // A session with its own keys (no pool) is copied into a slab of the cache's pool.
+    Session own(model, {Device::cpu, 1});
+    own.append(all.subspan(0, c.length));
+    cache.keep(own);
+    Session e(model, {Device::cpu, 1});
+    EXPECT_GE(cache.restore(e, all.subspan(0, c.length), c.length - 1), 16);  // colliding hashes find more
+    EXPECT_EQ(bits(e.append(all.subspan(static_cast<size_t>(e.length())))), fresh_logits(c.length));
+    EXPECT_EQ(cache.impl().check(), "");
   }
 }
 

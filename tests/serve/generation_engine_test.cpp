@@ -5,10 +5,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "lockstep/config.hpp"
 #include "lockstep/generator.hpp"
+#include "model/prefix_cache_impl.hpp"
 #include "serve/generation_engine.hpp"
 
 namespace lockstep::serve {
@@ -89,6 +91,193 @@ TEST(GenerationEngine, CancelledJobsLeaveWithAbort) {
   std::unique_lock lock(mutex);
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finish.has_value(); }));
   EXPECT_EQ(*finish, Finish::abort);
+}
+
+// Runs one generation through `engine` and waits for its end.
+struct Outcome {
+  std::vector<int32_t> tokens;
+  Finish finish = Finish::error;
+};
+
+std::vector<std::shared_ptr<GenerationJob>> submit_all(GenerationEngine& engine, const std::shared_ptr<const Model>& model,
+                                                       const std::vector<std::vector<int32_t>>& prompts,
+                                                       const std::vector<GenerateOptions>& opts,
+                                                       std::vector<Outcome>& outcomes, std::mutex& mutex,
+                                                       std::condition_variable& cv, int& done) {
+  std::vector<std::shared_ptr<GenerationJob>> jobs;
+  outcomes.assign(prompts.size(), {});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto job = std::make_shared<GenerationJob>();
+    job->generator = std::make_unique<Generator>(model, prompts[i], opts[i]);
+    job->max_tokens = opts[i].max_tokens;
+    job->on_token = [&outcomes, i](int32_t t, std::span<const float>) { outcomes[i].tokens.push_back(t); };
+    job->on_done = [&outcomes, &mutex, &cv, &done, i](Finish f, const std::string&) {
+      std::lock_guard lock(mutex);
+      outcomes[i].finish = f;
+      ++done;
+      cv.notify_all();
+    };
+    EXPECT_TRUE(engine.submit(job));
+    jobs.push_back(job);
+  }
+  return jobs;
+}
+
+std::vector<Outcome> run_all(GenerationEngine& engine, const std::shared_ptr<const Model>& model,
+                             const std::vector<std::vector<int32_t>>& prompts, const std::vector<GenerateOptions>& opts) {
+  std::vector<Outcome> outcomes;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int done = 0;
+  submit_all(engine, model, prompts, opts, outcomes, mutex, cv, done);
+  std::unique_lock lock(mutex);
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == static_cast<int>(prompts.size()); }));
+  return outcomes;
+}
+
+std::vector<int32_t> solo_tokens(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& prompt,
+                                 const GenerateOptions& o) {
+  Generator g(model, prompt, o);
+  std::vector<int32_t> out;
+  while (auto t = g.next()) out.push_back(*t);
+  return out;
+}
+
+// The prefix cache serves generations' prompts and keeps finished ones, and changes no bit: a
+// repeated request and a chat-like follow-up (prompt + answer + more) reuse rows and give the
+// tokens of a generation without any cache, as do prompts past the window and generations that
+// restart their context.
+TEST(GenerationEngine, PrefixCacheServesPromptsAndKeepsFinishedOnes) {
+  const auto model = tiny_model();  // window 32
+  PrefixCache cache(model, PrefixCacheOptions{size_t{8} << 20});
+  Metrics metrics;
+  GenerationEngine engine(8, 8, {}, metrics, &cache);
+  std::vector<int32_t> a;
+  for (int k = 0; k < 20; ++k) a.push_back(60 + 3 * k);
+
+  // Cold: nothing to reuse; the generation's rows are filed at its end.
+  const auto first = run_all(engine, model, {a}, {options(5, 6)});
+  ASSERT_EQ(first[0].finish, Finish::length);
+  EXPECT_EQ(first[0].tokens, solo_tokens(model, a, options(5, 6)));
+  EXPECT_EQ(engine.rows_reused(), 0u);
+  EXPECT_EQ(cache.stats().entries, 1u);
+
+  // The same request again: its prompt comes from the cache (a block of 16 of its 20 tokens).
+  const auto again = run_all(engine, model, {a}, {options(5, 6)});
+  EXPECT_EQ(again[0].tokens, first[0].tokens);
+  EXPECT_EQ(engine.rows_reused(), 16u);
+
+  // A follow-up holding the prompt, the answer and more: all but the answer's last token (never
+  // computed) are reused, and the generation goes past the window (restarts) unchanged.
+  std::vector<int32_t> b = a;
+  b.insert(b.end(), first[0].tokens.begin(), first[0].tokens.end());
+  b.insert(b.end(), {7, 8, 9});
+  const uint64_t before = engine.rows_reused();
+  const auto follow = run_all(engine, model, {b}, {options(6, 40)});
+  EXPECT_EQ(follow[0].tokens, solo_tokens(model, b, options(6, 40)));
+  EXPECT_EQ(engine.rows_reused() - before, a.size() + first[0].tokens.size() - 1);
+
+  // Together, with shared and unshared prefixes, one past the window (truncated): each equals
+  // its solo tokens, cold and warm.
+  std::vector<std::vector<int32_t>> prompts = {a, b, {1, 2, 3}, {}, a};
+  for (int k = 0; k < 45; ++k) prompts[3].push_back(100 + k);
+  prompts[4].push_back(11);
+  std::vector<GenerateOptions> opts = {options(1, 3), options(2, 30), options(3, 5), options(4, 50), options(5, 12)};
+  for (int round = 0; round < 2; ++round) {
+    const auto together = run_all(engine, model, prompts, opts);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(together[i].tokens, solo_tokens(model, prompts[i], opts[i])) << "round " << round << ", job " << i;
+  }
+  EXPECT_EQ(cache.impl().check(), "");
+  EXPECT_EQ(cache.stats().rows_reused, engine.rows_reused());
+}
+
+// Without a cache, or on the reference device, nothing is reused and nothing changes.
+TEST(GenerationEngine, ReferenceDeviceAndNoCacheReuseNothing) {
+  const auto model = tiny_model();
+  std::vector<int32_t> a;
+  for (int k = 0; k < 20; ++k) a.push_back(60 + 3 * k);
+  const auto expected = solo_tokens(model, a, options(5, 6));
+  PrefixCache cache(model, PrefixCacheOptions{size_t{8} << 20});
+  Metrics metrics;
+  CallOptions reference;
+  reference.device = Device::reference;
+  GenerationEngine on_reference(2, 2, reference, metrics, &cache);
+  GenerationEngine without(2, 2, {}, metrics, nullptr);
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(run_all(on_reference, model, {a}, {options(5, 6)})[0].tokens, expected);
+    EXPECT_EQ(run_all(without, model, {a}, {options(5, 6)})[0].tokens, expected);
+  }
+  EXPECT_EQ(on_reference.rows_reused() + without.rows_reused(), 0u);
+  EXPECT_EQ(cache.stats().entries, 0u);
+}
+
+// Flow control: a job with max_ahead stops after that many tokens nobody took back, while the
+// others go on; it continues as its consumer takes them, with the tokens it gets alone; and a
+// job waiting for its consumer can still be cancelled (the runner is asleep, cancel wakes it).
+TEST(GenerationEngine, AJobAheadOfItsConsumerWaitsWithoutChangingABit) {
+  const auto model = tiny_model();
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  Metrics metrics;
+  GenerationEngine engine(4, 4, {}, metrics);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<int32_t> slow_tokens;
+  std::optional<Finish> slow_end, fast_end, stuck_end;
+  auto make = [&](uint64_t seed, int32_t tokens, int32_t max_ahead, std::vector<int32_t>* out,
+                  std::optional<Finish>* end) {
+    auto job = std::make_shared<GenerationJob>();
+    job->generator = std::make_unique<Generator>(model, prompt, options(seed, tokens));
+    job->max_tokens = tokens;
+    job->max_ahead = max_ahead;
+    job->on_token = [&, out](int32_t t, std::span<const float>) {
+      std::lock_guard lock(mutex);
+      if (out) out->push_back(t);
+      cv.notify_all();
+    };
+    job->on_done = [&, end](Finish f, const std::string&) {
+      std::lock_guard lock(mutex);
+      *end = f;
+      cv.notify_all();
+    };
+    return job;
+  };
+  auto slow = make(3, 40, 3, &slow_tokens, &slow_end);  // past the window: restarts while paused
+  auto fast = make(4, 200, 0, nullptr, &fast_end);
+  ASSERT_TRUE(engine.submit(slow));
+  ASSERT_TRUE(engine.submit(fast));
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return fast_end.has_value(); }));
+    EXPECT_EQ(*fast_end, Finish::length);
+    EXPECT_EQ(slow_tokens.size(), 3u) << "ran ahead of its consumer";
+    EXPECT_FALSE(slow_end.has_value());
+  }
+  // The consumer takes one token at a time; the job never gets more than 3 ahead.
+  for (size_t taken = 0;; ++taken) {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30),
+                            [&] { return slow_end.has_value() || slow_tokens.size() == taken + 3; }));
+    ASSERT_LE(slow_tokens.size(), taken + 3);
+    if (slow_end) break;
+    lock.unlock();
+    engine.consumed(*slow);
+  }
+  EXPECT_EQ(*slow_end, Finish::length);
+  EXPECT_EQ(slow_tokens, solo_tokens(model, prompt, options(3, 40)));
+
+  auto stuck = make(5, 1 << 30, 1, nullptr, &stuck_end);
+  ASSERT_TRUE(engine.submit(stuck));
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return stuck->ahead.load() == 1; }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the runner goes to sleep
+  engine.cancel(*stuck);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return stuck_end.has_value(); }));
+  EXPECT_EQ(*stuck_end, Finish::abort);
+  EXPECT_EQ(engine.pending(), 0u);
 }
 
 }  // namespace

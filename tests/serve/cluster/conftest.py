@@ -74,8 +74,10 @@ class Alone:
         deadline = time.monotonic() + 30
         banner = ""
         while time.monotonic() < deadline and self.proc.poll() is None:
-            banner = self.log.read_text(errors="replace").split("\n")[0]
-            if banner.startswith("serving ") and "\n" in self.log.read_text(errors="replace"):
+            # The start line; stderr (merged here) first says the port answers 503 while loading.
+            lines = self.log.read_text(errors="replace").split("\n")
+            banner = next((line for line in lines[:-1] if line.startswith("serving ")), "")
+            if banner:
                 break
             time.sleep(0.02)
         m = re.search(r"http://(127\.0\.0\.1:\d+)", banner)

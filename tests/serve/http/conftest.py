@@ -28,6 +28,7 @@ def model(tmp_path_factory):
 
 class Server:
     def __init__(self, model, args, tmp_path):
+        self.model = model
         self.out_path = tmp_path / f"out-{time.monotonic_ns()}"
         self.err_path = tmp_path / f"err-{time.monotonic_ns()}"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:

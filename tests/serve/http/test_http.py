@@ -234,6 +234,56 @@ def test_metrics(shared_server):
     assert f'parameters_sha256="{sha}"' in text
 
 
+def metric(server, name):
+    return int(next(l for l in server.metrics().splitlines() if l.startswith(name + " ")).split()[1])
+
+
+def test_prefix_cache_serves_prompts_without_changing_a_bit(serve, model):
+    """A generation's prompt starts from the longest cached prefix and a finished one is filed:
+    a repeated request and a follow-up sharing its prefix reuse rows, and every text equals the
+    cold answer, --no-cache's and `lockstep generate`'s, alone and together, past the window too."""
+    s = serve("--http", "127.0.0.1:0")
+    plain = serve("--http", "127.0.0.1:0", "--no-cache")
+    assert s.port and plain.port, s.err() + plain.err()
+    reused = "lockstep_prefix_cache_rows_reused_total"
+    prompt = "The quick brown fox jum"  # 23 bytes of the 32-byte window; blocks of 16 are filed
+    cases = [dict(prompt=prompt, max_tokens=6, temperature=0.8, seed=3),
+             dict(prompt=prompt, max_tokens=6, temperature=0.8, seed=3),  # the same again
+             dict(prompt=prompt + "ps", max_tokens=5, temperature=0.8, seed=4),  # a follow-up
+             dict(prompt=prompt, max_tokens=40, temperature=1.0, seed=5),  # restarts past the window
+             dict(prompt=prompt * 2, max_tokens=8, temperature=0.7, seed=6)]  # truncated to the window
+    texts = []
+    for i, body in enumerate(cases):
+        before = metric(s, reused)
+        texts.append(completion(s, **body)["choices"][0]["text"])
+        if i == 0:
+            assert before == 0 and metric(s, reused) == 0  # cold
+        if i in (1, 2, 3):
+            assert metric(s, reused) >= before + 16, (i, before)
+    assert texts[0] == texts[1]
+    for body, text in zip(cases, texts):
+        assert completion(plain, **body)["choices"][0]["text"] == text
+        expected = generate(model, body["prompt"], body["max_tokens"], str(body["temperature"]), body["seed"])
+        assert text == expected.decode("utf-8", errors="replace")
+    assert metric(plain, reused) == 0
+    # Together, streamed and not, warm: the same texts.
+    results = [None] * len(cases)
+
+    def worker(i):
+        if i % 2:
+            events = stream(s, cases[i])
+            results[i] = "".join(e["choices"][0]["text"] for e in events)
+        else:
+            results[i] = completion(s, **cases[i])["choices"][0]["text"]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == texts
+
+
 def wait_for_data(conn):
     got = b""
     while b"data: " not in got:
@@ -298,6 +348,53 @@ def test_write_timeout_drops_a_client_that_stops_reading(serve):
     while conn.recv(65536):  # what was written, then the end: the server closed the connection
         assert time.monotonic() < deadline
     conn.close()
+
+
+def test_a_client_that_stops_reading_pauses_only_its_own_generations(serve, model):
+    """Flow control: streams whose clients read nothing (16 choices each, every token's top 20
+    logprobs) stop generating once their queued events reach a bound, instead of piling events
+    up in memory and in the event loop's queue; /health and /metrics answer at once and another
+    client's completion runs as usual, with its usual text."""
+    s = serve("--http", "127.0.0.1:0", "--write-timeout", "60")
+    stalled = []
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True, "logprobs": 20, "n": 16}).encode()
+    for _ in range(2):
+        conn = socket.socket()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.settimeout(10)
+        conn.connect(("127.0.0.1", s.port))
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        stalled.append(conn)
+    deadline = time.monotonic() + 30
+    last = -1
+    while True:  # until the stalled streams' generations stop
+        assert time.monotonic() < deadline, "generations whose clients read nothing kept running"
+        began = time.monotonic()
+        status, _, _ = s.request("GET", "/health", timeout=10)
+        assert status == 200 and time.monotonic() - began < 2, "/health waited behind the streams"
+        tokens = metric(s, "lockstep_generation_tokens_total")
+        if tokens == last:
+            break
+        last = tokens
+        time.sleep(0.5)
+    assert metric(s, "lockstep_num_requests_running") == 32  # paused, in the batch
+    began = time.monotonic()
+    text = completion(s, prompt="Hi there", max_tokens=12, temperature=0.9, seed=4)["choices"][0]["text"]
+    assert time.monotonic() - began < 5
+    assert text == generate(model, "Hi there", 12, "0.9", 4).decode("utf-8", errors="replace")
+    for conn in stalled:
+        conn.close()
+    wait_running(s, "0")
+
+
+def test_the_http_port_opens_before_the_model_loads(serve):
+    """The command binds --http before loading and says so on stderr (the port answers 503
+    while loading: tests/serve/loading_test.cpp); the server then serves on that same port."""
+    s = serve("--http", "127.0.0.1:0")
+    assert s.port, s.banner + s.err()
+    assert f"lockstep serve: loading {s.model}; http://127.0.0.1:{s.port} answers 503 until it is ready" in s.err()
+    status, _, body = s.request("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
 
 
 def test_head_and_streamed_chat(shared_server, model):

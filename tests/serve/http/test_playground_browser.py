@@ -77,6 +77,8 @@ class StreamCutter:
                             self.cuts -= cutting
                         if cutting:
                             dst.sendall(data[: max(0, len(data) - (len(seen) - mark - self.after))])
+                            # The replica dies a moment later: the page has shown what it got.
+                            time.sleep(0.5)
                             break
                         seen = b""
                 dst.sendall(data)
