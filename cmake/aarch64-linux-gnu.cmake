@@ -26,8 +26,13 @@ set(ENV{PKG_CONFIG_PATH} "")
 
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static;-L;/usr/aarch64-linux-gnu)
 
-# Not built for Arm: the Python module (needs an arm64 Python), the benchmarks (a figure under
-# qemu means nothing) and the fuzz targets (clang + libFuzzer on the host).
+# Not built for Arm: MPI (the host's mpicc would be found, with x86 libraries), the tokenizer
+# (libsentencepiece-dev:arm64 cannot be installed beside the host's; LOCKSTEP_TOKENIZER turns
+# itself off when pkg-config finds no arm64 sentencepiece), the Python module (needs an arm64
+# Python), the benchmarks (a figure under qemu means nothing) and the fuzz targets (clang +
+# libFuzzer on the host).
+set(CMAKE_DISABLE_FIND_PACKAGE_MPI ON CACHE BOOL "" FORCE)
+set(LOCKSTEP_MPI OFF CACHE BOOL "" FORCE)
 set(LOCKSTEP_BUILD_PYTHON OFF CACHE BOOL "" FORCE)
 set(LOCKSTEP_BUILD_BENCH OFF CACHE BOOL "" FORCE)
 set(LOCKSTEP_BUILD_FUZZ OFF CACHE BOOL "" FORCE)
