@@ -1,6 +1,7 @@
 # Cross build for 64-bit Arm Linux from Debian's packages (README, "Running on Arm"):
 #   g++-aarch64-linux-gnu, qemu-user-static, and the :arm64 multiarch libraries
-#   (libhwy-dev, libssl-dev, libgtest-dev; `dpkg --add-architecture arm64` first).
+#   (libc6, libstdc++6, libhwy-dev, libssl-dev, libgtest-dev; `dpkg --add-architecture arm64`
+#   first).
 # cmake -S . -B build-aarch64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake
 # Tests run under qemu-user (no binfmt_misc needed): CTest prefixes every test binary with
 # CMAKE_CROSSCOMPILING_EMULATOR, and tests/CMakeLists.txt routes the `lockstep` binary the tests
@@ -24,10 +25,20 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
 
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static;-L;/usr/aarch64-linux-gnu)
+# The guest's loader and libraries are the :arm64 multiarch ones (/lib/ld-linux-aarch64.so.1,
+# /lib/aarch64-linux-gnu, from libc6:arm64), so qemu looks them up from / (-L /). With
+# -L /usr/aarch64-linux-gnu it took the cross toolchain's older ld.so (libc6-arm64-cross) with the
+# newer multiarch libc.so.6, a pair that must never be mixed: the first pthread_create looped for
+# ever (this is why no run under qemu used to finish).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static;-L;/)
 
-# Not built for Arm: the Python module (needs an arm64 Python), the benchmarks (a figure under
-# qemu means nothing) and the fuzz targets (clang + libFuzzer on the host).
+# Not built for Arm: MPI (the host's mpicc would be found, with x86 libraries), the tokenizer
+# (libsentencepiece-dev:arm64 cannot be installed beside the host's; LOCKSTEP_TOKENIZER turns
+# itself off when pkg-config finds no arm64 sentencepiece), the Python module (needs an arm64
+# Python), the benchmarks (a figure under qemu means nothing) and the fuzz targets (clang +
+# libFuzzer on the host).
+set(CMAKE_DISABLE_FIND_PACKAGE_MPI ON CACHE BOOL "" FORCE)
+set(LOCKSTEP_MPI OFF CACHE BOOL "" FORCE)
 set(LOCKSTEP_BUILD_PYTHON OFF CACHE BOOL "" FORCE)
 set(LOCKSTEP_BUILD_BENCH OFF CACHE BOOL "" FORCE)
 set(LOCKSTEP_BUILD_FUZZ OFF CACHE BOOL "" FORCE)
