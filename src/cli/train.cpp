@@ -9,7 +9,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <string>
 
@@ -93,8 +95,23 @@ class Progress : public RunObserver {
 static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 std::atomic<bool> stop_requested{false};
 std::atomic<int> stop_signal{0};
+// A rank under mpirun: Ctrl-C reaches it twice, from the terminal (the whole foreground process
+// group gets SIGINT) and a moment later from mpirun (which passes the stop on as SIGTERM). Both
+// are one request, so a second signal within `one_request_ns` of the first is not "the second".
+std::atomic<bool> under_mpirun{false};
+std::atomic<int64_t> first_signal_ns{0};
+constexpr int64_t one_request_ns = 2'000'000'000;
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
 
 extern "C" void on_stop_signal(int sig) {
+  if (stop_requested.load() && under_mpirun.load() && monotonic_ns() - first_signal_ns.load() < one_request_ns)
+    return;
+  first_signal_ns.store(monotonic_ns());
   if (stop_requested.exchange(true)) {
     // The second signal: end now. Checkpoints are renamed into place whole, so at most a
     // temporary is left, which the next run removes.
@@ -113,6 +130,9 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 void install_stop_handlers() {
+  // Open MPI's mpirun names the job's size in every rank's environment.
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  under_mpirun.store(size != nullptr && std::atoi(size) > 1);
   struct sigaction action;
   std::memset(&action, 0, sizeof(action));
   action.sa_handler = on_stop_signal;
