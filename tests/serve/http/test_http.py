@@ -195,6 +195,17 @@ def test_concurrent_requests_equal_their_solo_answers(serve):
     assert count > 0 and total >= count
 
 
+def test_a_request_for_another_model_is_refused(shared_server):
+    status, answer = shared_server.post("/v1/completions", {"model": "other", "prompt": "a", "max_tokens": 2})
+    assert status == 404 and answer["error"]["code"] == "model_not_found" and answer["error"]["param"] == "model"
+    assert "'tiny'" in answer["error"]["message"]
+    status, answer = shared_server.post("/v1/chat/completions",
+                                        {"model": "other", "messages": [{"role": "user", "content": "a"}]})
+    assert status == 404 and answer["error"]["code"] == "model_not_found"
+    status, answer = shared_server.post("/v1/completions", {"model": "tiny", "prompt": "a", "max_tokens": 2})
+    assert status == 200, answer  # its own name, or none at all, is served
+
+
 def test_replica_named_in_health_metrics_and_every_header(serve):
     named = serve("--http", "127.0.0.1:0", "--name", "replica-b")
     status, headers, body = named.request("GET", "/health")
