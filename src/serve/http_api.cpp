@@ -88,7 +88,8 @@ std::string chat_prompt(const json& messages) {
   return text + "assistant:";
 }
 
-CompletionRequest parse_completion(const std::string& body, const Model& model, const Tokenizer* tokenizer, bool chat) {
+CompletionRequest parse_completion(const std::string& body, const Model& model, const std::string& model_name,
+                                   const Tokenizer* tokenizer, bool chat) {
   json j;
   try {
     j = json::parse(body);
@@ -96,6 +97,12 @@ CompletionRequest parse_completion(const std::string& body, const Model& model, 
     throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+  // A request naming another model is refused, never answered by this one: during a rolling
+  // update a client pins the model by name and must not get another's bits (docs/SCALING.md).
+  if (const auto m = j.find("model"); m != j.end() && m->is_string() && m->get<std::string>() != model_name)
+    throw ApiError(404, "the model '" + m->get<std::string>() + "' is not served here; this server serves '" +
+                            model_name + "' (GET /v1/models)",
+                   "model", "invalid_request_error", "model_not_found");
   CompletionRequest r;
   r.chat = chat;
   const int32_t vocab = model.config().vocab_size;

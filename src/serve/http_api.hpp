@@ -48,11 +48,13 @@ inline constexpr int32_t max_choices = 16;
 inline constexpr int32_t max_logprobs = 20;
 inline constexpr int32_t max_request_tokens = 1 << 20;
 
-// Throws ApiError (400 naming the field) for anything wrong. `chat`: a chat completion, whose
+// Throws ApiError (400 naming the field) for anything wrong, 404 model_not_found for a `model`
+// field other than `model_name` (the served name). `chat`: a chat completion, whose
 // `messages` become the prompt through chat_prompt. `tokenizer`: the model's (null: none), which
 // encodes text (BOS, then the pieces, as `lockstep generate`); a model with neither a tokenizer nor
 // the 256 bytes takes token ids only and refuses text, `stop` and `echo`.
-CompletionRequest parse_completion(const std::string& body, const Model& model, const Tokenizer* tokenizer, bool chat);
+CompletionRequest parse_completion(const std::string& body, const Model& model, const std::string& model_name,
+                                   const Tokenizer* tokenizer, bool chat);
 
 // The chat template for a base byte model: each message as "<role>: <content>\n", then
 // "assistant:" — the text the model continues.

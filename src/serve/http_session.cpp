@@ -173,15 +173,7 @@ void HttpSession::route() {
 }
 
 void HttpSession::completion(bool chat) {
-  // A request naming another model is refused, never answered by this one: during a rolling
-  // update a client pins the model by name and must not get another's bits (docs/SCALING.md).
-  if (const json body = json::parse(request_.body(), nullptr, false);
-      body.is_object() && body.contains("model") && body["model"].is_string() &&
-      body["model"].get<std::string>() != context_.model_name)
-    throw ApiError(404, "the model '" + body["model"].get<std::string>() + "' is not served here; this server serves '" +
-                            context_.model_name + "' (GET /v1/models)",
-                   "model", "invalid_request_error", "model_not_found");
-  completion_ = parse_completion(request_.body(), *context_.model, context_.tokenizer.get(), chat);
+  completion_ = parse_completion(request_.body(), *context_.model, context_.model_name, context_.tokenizer.get(), chat);
   const CompletionRequest& r = completion_;
   if (!r.seed_given) completion_.sampling.seed = random_u64();
   prompt_text_.clear();
