@@ -10,6 +10,7 @@
 
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
+#include "format/tokenizer_entry.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 
@@ -34,16 +35,12 @@ std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
-  const std::string dir = resolve_model_path(model_path).model_dir;
-  const std::string json_path = dir + "/model.json";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(format::read_text_file(json_path, size_t{16} << 20));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::format, json_path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || !j.contains("tokenizer") || j["tokenizer"].is_null()) return nullptr;
-  const nlohmann::json& t = j["tokenizer"];
+  const format::TokenizerEntry named = format::read_tokenizer_entry(model_path);
+  if (named.entry.is_null()) return nullptr;
+  const std::string& dir = named.model_dir;
+  const std::string& json_path = named.json_path;
+  const nlohmann::json& j = named.model_json;
+  const nlohmann::json& t = named.entry;
   if (!t.is_object() || t.value("type", "") != "sentencepiece" || !t.contains("file") || !t["file"].is_string() ||
       !t.contains("sha256") || !t["sha256"].is_string())
     throw Error(ErrorKind::format, json_path + ": 'tokenizer' must be {\"type\": \"sentencepiece\", \"file\", \"sha256\"}");

@@ -5,9 +5,7 @@
 // naming the file and the reason, never loaded without its tokenizer.
 #include "lockstep/tokenizer.hpp"
 
-#include <nlohmann/json.hpp>
-
-#include "format/mapped_file.hpp"
+#include "format/tokenizer_entry.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 
@@ -29,15 +27,9 @@ Tokenizer::~Tokenizer() = default;
 std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) { no_tokenizer(path); }
 
 std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
-  const std::string json_path = resolve_model_path(model_path).model_dir + "/model.json";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(format::read_text_file(json_path, size_t{16} << 20));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::format, json_path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || !j.contains("tokenizer") || j["tokenizer"].is_null()) return nullptr;
-  no_tokenizer(json_path + " names a tokenizer");
+  const format::TokenizerEntry named = format::read_tokenizer_entry(model_path);
+  if (named.entry.is_null()) return nullptr;
+  no_tokenizer(named.json_path + " names a tokenizer");
 }
 
 // Unreachable: no Tokenizer exists without SentencePiece.

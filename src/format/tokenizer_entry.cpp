@@ -1,0 +1,23 @@
+#include "format/tokenizer_entry.hpp"
+
+#include "format/mapped_file.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/format.hpp"
+
+namespace lockstep::format {
+
+TokenizerEntry read_tokenizer_entry(std::string_view model_path) {
+  TokenizerEntry t;
+  t.model_dir = resolve_model_path(model_path).model_dir;
+  t.json_path = t.model_dir + "/model.json";
+  nlohmann::json& j = t.model_json;
+  try {
+    j = nlohmann::json::parse(read_text_file(t.json_path, size_t{16} << 20));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::format, t.json_path + ": not valid JSON: " + e.what());
+  }
+  if (j.is_object() && j.contains("tokenizer")) t.entry = j["tokenizer"];
+  return t;
+}
+
+}  // namespace lockstep::format
