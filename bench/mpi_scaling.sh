@@ -33,8 +33,11 @@ MPI=(mpirun --oversubscribe --mca btl self,vader --mca oob_tcp_if_include lo)
 [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 tokens() { tail -n 1 "$1/metrics.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_second"])'; }
 
-"$BIN" train "$OUT/s256.sx" --checkpoint-dir "$OUT/threads" --cpu-cores 2 > /dev/null
-"${MPI[@]}" -np 2 "$BIN" train "$OUT/s256.sx" --checkpoint-dir "$OUT/ranks" --cpu-cores 1 > "$OUT/ranks.txt"
+# LOCKSTEP_PHASE_TIMES=1: each process prints where its time went (wall/cpu seconds per phase).
+LOCKSTEP_PHASE_TIMES=1 "$BIN" train "$OUT/s256.sx" --checkpoint-dir "$OUT/threads" --cpu-cores 2 > /dev/null \
+  2> "$OUT/threads.err"
+LOCKSTEP_PHASE_TIMES=1 "${MPI[@]}" -x LOCKSTEP_PHASE_TIMES -np 2 "$BIN" train "$OUT/s256.sx" \
+  --checkpoint-dir "$OUT/ranks" --cpu-cores 1 > "$OUT/ranks.txt" 2> "$OUT/ranks.err"
 t_threads=$(tokens "$OUT/threads")
 t_ranks=$(tokens "$OUT/ranks")
 same=$(cd "$OUT" && if diff -r -x metrics.jsonl threads ranks > /dev/null; then echo same; else echo DIFFERENT; fi)
@@ -44,3 +47,7 @@ echo "  2 ranks x 1 thread: $t_ranks tokens/s"
 /usr/bin/python3 -c "print('  ratio (goal >= 0.9): %.3f' % ($t_ranks / $t_threads))"
 grep "ranks " "$OUT/ranks.txt" | sed "s/^ */  /; s/\$/ over $STEPS steps/"
 echo "  checkpoints: $same bits"
+echo "  phase seconds over the run, wall/cpu (worker 0 of each process):"
+for f in threads ranks; do
+  grep "phase seconds" "$OUT/$f.err" | sort | sed "s/^lockstep train: /    $f: /; s/ phase seconds (wall\/cpu)//"
+done

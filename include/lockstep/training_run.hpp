@@ -125,6 +125,9 @@ struct RunOptions {
   // returns with RunResult::stopped; set before the first step, it returns without training or
   // writing anything. Not owned; may be null. The library installs no signal handler.
   const std::atomic<bool>* stop = nullptr;
+  // Sums where each step's time goes, phase by phase, into RunResult::phase_times (for the
+  // data-parallel benchmark; reads clocks only).
+  bool phase_times = false;
 };
 
 struct RunResult {
@@ -138,6 +141,8 @@ struct RunResult {
   int rank = 0, ranks = 1;
   int64_t bytes_sent = 0;
   double seconds_waiting = 0.0;
+  // With RunOptions::phase_times: this rank's "phase wall/cpu seconds ..." over the run.
+  std::string phase_times;
 };
 
 // Trains `run` into `checkpoint_dir` (created when missing): see docs/TRAINING.md. Refuses a

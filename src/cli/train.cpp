@@ -190,6 +190,9 @@ Run add_train(CLI::App& app) {
     Progress progress(::isatty(1) == 1);
     options.observer = &progress;
     options.stop = &stop_requested;
+    // LOCKSTEP_PHASE_TIMES=1 (bench/mpi_scaling.sh): every rank prints where its time went.
+    const char* phase_env = std::getenv("LOCKSTEP_PHASE_TIMES");
+    options.phase_times = phase_env != nullptr && std::string(phase_env) == "1";
     install_stop_handlers();
     RunResult result;
     try {
@@ -199,6 +202,9 @@ Run add_train(CLI::App& app) {
       std::fflush(stdout);
       throw;
     }
+    if (options.phase_times)
+      std::fprintf(stderr, "lockstep train: rank %d of %d phase seconds (wall/cpu): %s\n", result.rank, result.ranks,
+                   result.phase_times.c_str());
     progress.end_line();
     std::fflush(stdout);
     if (result.rank != 0) return result.stopped ? 128 + (stop_signal.load() == SIGTERM ? SIGTERM : SIGINT) : 0;

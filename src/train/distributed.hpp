@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "train/phase_times.hpp"
+
 namespace lockstep::train {
 
 class Distributed {
@@ -38,6 +40,10 @@ class Distributed {
   // receives and broadcasts.
   int64_t bytes_sent = 0;
   double seconds_waiting = 0.0;
+  // With `timing` (RunOptions::phase_times), the trainer and the fast step sum where this
+  // rank's steps spend their time into `times`.
+  bool timing = false;
+  PhaseTimes times;
 };
 
 // The single process: rank 0 of 1; the messages are never called.

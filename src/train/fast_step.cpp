@@ -100,6 +100,8 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   const int64_t wide = std::max({2 * ff, qkv_ld, V, d});
   const int nt = std::max(1, threads);
   const bool bf16 = bf16_;
+  PhaseTimes* const times = times_;
+  if (times) times->lap(PhaseTimes::other);
   auto sz = [](int64_t n) { return static_cast<size_t>(n); };
 
   // ---- workspace (allocated once per batch shape; nothing in the parallel region allocates) ----
@@ -182,6 +184,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   const size_t n_blocks = linked ? backward_blocks(c).size() : 0;
 
   pool.run(nt, [&](int w, int n) {
+    // Worker 0 (the calling thread) times the phases.
+    auto lap = [&](PhaseTimes::Phase phase) {
+      if (times && w == 0) times->lap(phase);
+    };
     // ---- pack the weights: W for the forward, W^T for the backward ----
     {
       auto pack = [&](const MatrixPart* parts, int n_parts, PackedMatrix& out) {
@@ -215,6 +221,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       if (grad) pack_t(head, 1, ws.head_t);
     }
     barrier.wait();  // the packed weights
+    lap(PhaseTimes::pack);
 
     // Work between two barriers is handed out dynamically: rows in chunks of whole row tiles, or
     // attention's (row, head) items, each taken by whichever worker asks next (tickets, one
@@ -362,9 +369,13 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       if (l + 1 < c.n_layers) barrier.wait();
     }
-    if (!grad) return;
+    if (!grad) {
+      lap(PhaseTimes::forward);
+      return;
+    }
     barrier.wait();
     dy_emitted();
+    lap(PhaseTimes::forward);
 
     // ---- backward ----
     // dW [K, N] = x^T @ dy over all R rows, with x [R, K] read in place by matmul_at and dy the
@@ -372,8 +383,10 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     // then absorb the difference.
     float* at_scratch = ws.at_scratch.get() + static_cast<int64_t>(w) * ws.at_floats;
     auto weight_grad = [&](const float* xs, int64_t K, float* dw) {
+      lap(PhaseTimes::backward_rows);
       const PackedMatrix& dy = ws.dy_packed[dy_read];
       matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n, cont);
+      lap(PhaseTimes::weight_chains);
     };
     // dx [r0, r1) = dy [r0, r1) @ W^T (packed); dy rounded under bf16 (emit_rows has left it so).
     auto input_grad = [&](int64_t r0, int64_t r1, const float* dy, int64_t N, const PackedMatrix& wt, float* dxo) {
@@ -390,13 +403,16 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     // The norm weight's gradient sums over every row: after the barrier of its norm_rows, by
     // columns; dxn keeps the norm's dy until then.
     auto norm_weight = [&](const float* xs, const float* inv, float* dw) {
+      lap(PhaseTimes::backward_rows);
       const auto [i0, i1] = static_range(d, w, n);
       (cont ? k.rmsnorm_backward_weight_continue : k.rmsnorm_backward_weight)(xs, inv, ws.dxn.get(), dw, R, d, i0,
                                                                                i1);
+      lap(PhaseTimes::weight_chains);
     };
     // Scatters wtemp [K, sum N_i] into the gradients of the parts, after the barrier that
     // completes wtemp; wtemp is next written two barriers later.
     auto scatter = [&](int64_t K, std::initializer_list<std::pair<float*, int64_t>> parts) {
+      lap(PhaseTimes::backward_rows);
       int64_t total = 0;
       for (const auto& part : parts) total += part.second;
       const auto [k0, k1] = static_range(K, w, n);
@@ -407,6 +423,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
           col += N;
         }
       }
+      lap(PhaseTimes::weight_chains);
     };
 
     // Continuing chains: wtemp [K, sum N_i] first takes the parts' accumulators (after every
@@ -414,6 +431,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     // barrier, then weight_grad continues them.
     auto gather = [&](int64_t K, std::initializer_list<std::pair<const float*, int64_t>> parts) {
       if (!cont) return;
+      lap(PhaseTimes::backward_rows);
       int64_t total = 0;
       for (const auto& part_ : parts) total += part_.second;
       const auto [k0, k1] = static_range(K, w, n);
@@ -425,16 +443,20 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         }
       }
       barrier.wait();
+      lap(PhaseTimes::weight_chains);
     };
 
     auto hand_over = [&](int64_t sent, int64_t wanted) {
       if (!linked) return;
+      lap(PhaseTimes::backward_rows);
       barrier.wait();
       if (w == 0) {
         if (sent >= 0 && part->send) part->send(static_cast<size_t>(sent));
+        lap(PhaseTimes::send);
         if (wanted >= 0 && cont && part->receive) part->receive(static_cast<size_t>(wanted));
       }
       barrier.wait();
+      lap(PhaseTimes::receive);
     };
 
     hand_over(-1, 0);
@@ -534,11 +556,14 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         if (id >= v0 && id < v1) k.add(de + static_cast<int64_t>(id) * d, ws.dx.get() + r * d, d);
       }
     }
+    lap(PhaseTimes::weight_chains);
   });
 
   if (linked) {
     if (part->send) part->send(n_blocks - 1);  // embed
+    if (times) times->lap(PhaseTimes::send);
     if (cont && part->receive) part->receive(n_blocks);  // the loss total, into part->total
+    if (times) times->lap(PhaseTimes::receive);
   }
   float total = part ? part->total : 0.0f;
   for (int64_t r = 0; r < R; ++r)

@@ -16,6 +16,7 @@
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/config.hpp"
 #include "lockstep/model.hpp"
+#include "train/phase_times.hpp"
 #include "train/reference_step.hpp"
 
 namespace lockstep::train {
@@ -54,6 +55,10 @@ class FastStep {
 
   struct Workspace;
 
+  // Sums the time of each phase of later calls into `times` (null: none), from the calling
+  // thread (worker 0); for the benchmark, never changing a bit.
+  void time_phases(PhaseTimes* times) { times_ = times; }
+
   // [offset, offset + count) of the gradient, in the order the backward finishes them:
   // final_norm and head, then each layer's tensors from the last layer down, then embed.
   static std::vector<std::pair<int64_t, int64_t>> backward_blocks(const ModelConfig& config);
@@ -64,6 +69,7 @@ class FastStep {
   bool bf16_;
   const simd::Kernels* kernels_;
   std::unique_ptr<Workspace> ws_;
+  PhaseTimes* times_ = nullptr;
 };
 
 }  // namespace lockstep::train

@@ -256,7 +256,8 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
   to.adamw = run.adamw;
   to.ema_decay = run.ema;
   for (const auto& l : loaded) to.frozen.push_back(l.name);
-  if (several) to.ranks = ranks;
+  if (several || options.phase_times) to.ranks = ranks;
+  ranks->timing = options.phase_times;
 
   RunStart start;
   start.checkpoint_dir = dir;
@@ -329,6 +330,7 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
     return result;
   }
 
+  ranks->times.start();
   for (int64_t step = first + 1; step <= last; ++step) {
     const std::vector<int32_t> ids = data.training_batch(run.seed, step);
     const float lr = learning_rate_at(run, step);
@@ -392,6 +394,10 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
   }
   result.bytes_sent = net.bytes_sent;
   result.seconds_waiting = net.seconds_waiting;
+  if (options.phase_times) {
+    net.times.lap(train::PhaseTimes::other);
+    result.phase_times = train::phase_times_text(net.times);
+  }
   return result;
 }
 

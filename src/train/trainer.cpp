@@ -99,11 +99,20 @@ struct Trainer::Impl {
 
   int threads() const { return options.threads > 0 ? options.threads : thread_pool_size(*pool); }
 
+  // The benchmark's phase times (train/phase_times.hpp), when the ranks keep them.
+  train::PhaseTimes* times() const { return options.ranks && options.ranks->timing ? &options.ranks->times : nullptr; }
+  void lap(train::PhaseTimes::Phase phase) const {
+    if (train::PhaseTimes* t = times()) t->lap(phase);
+  }
+
   float loss_and_gradient(const IdsView& ids, float* out_grad) {
     if (options.device == Device::reference)
       return train::reference_loss_and_gradient<float>(config, rope, params.data(), ids.data, ids.rows, out_grad,
                                                        options.precision == Precision::bf16);
-    if (!fast) fast = std::make_unique<train::FastStep>(config, options.precision, options.simd_target);
+    if (!fast) {
+      fast = std::make_unique<train::FastStep>(config, options.precision, options.simd_target);
+      fast->time_phases(times());
+    }
     if (out_grad && options.ranks && options.ranks->size() > 1) return ranks_loss_and_gradient(ids, out_grad);
     return fast->loss_and_gradient(*pool, threads(), rope, params, ids.data, ids.rows, out_grad);
   }
@@ -144,6 +153,7 @@ struct Trainer::Impl {
       buffer[size] = fast->loss_and_gradient(*pool, threads(), rope, params, ids.data + b0 * ids.cols, b1 - b0, buffer,
                                              &part);
       if (part.send) part.send(blocks.size());
+      lap(train::PhaseTimes::send);
     } else {  // no rows here: pass every block on as it comes
       for (size_t i = 0; i <= blocks.size(); ++i) {
         part.receive(i);
@@ -151,8 +161,10 @@ struct Trainer::Impl {
       }
     }
     net.wait_posted();  // before the broadcast overwrites what was sent
+    lap(train::PhaseTimes::send);
     net.broadcast(buffer, (size + 1) * static_cast<int64_t>(sizeof(float)), n - 1);
     std::copy(buffer, buffer + size, out_grad);
+    lap(train::PhaseTimes::share);
     return buffer[size] / static_cast<float>(part.count);
   }
 };
@@ -250,6 +262,7 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
                           ? ref::clip_scale(train::gradient_sum_of_squares(k, *s.pool, workers, g, static_cast<int64_t>(n)),
                                             s.options.adamw.clip_norm)
                           : 1.0f;
+  s.lap(train::PhaseTimes::checks);
   const AdamWOptions& o = s.options.adamw;
   const ref::AdamWScalars scalars = ref::adamw_scalars(rate, o.beta1, o.beta2, o.eps, o.weight_decay, t);
   s.next_params.resize(n);
@@ -279,6 +292,7 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   s.ema.swap(s.next_ema);
   s.grad_valid = true;
   s.completed = t;
+  s.lap(train::PhaseTimes::optimizer);
   return std::bit_cast<uint32_t>(loss);
 }
 
