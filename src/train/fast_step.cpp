@@ -20,6 +20,13 @@ using simd::matmul_at_part;
 
 constexpr int32_t kIgnore = -100;
 
+// backward_blocks(): the head, the final norm, then per layer (from the last) these tensors in
+// the order the backward finishes their chains, then the embedding.
+enum LayerBlock : int64_t { kDown, kGate, kUp, kMlpNorm, kWo, kWq, kWk, kWv, kAttnNorm, kLayerBlocks };
+constexpr int64_t kHeadBlock = 0, kFinalNormBlock = 1;
+int64_t layer_block(const ModelConfig& c, int32_t l, LayerBlock b) { return 2 + (c.n_layers - 1 - l) * kLayerBlocks + b; }
+int64_t embed_block(const ModelConfig& c) { return 2 + int64_t{c.n_layers} * kLayerBlocks; }
+
 const simd::Kernels& choose(const std::string& name) {
   if (name.empty()) return simd::best_kernels();
   for (const simd::Kernels* k : simd::supported_kernels())
@@ -75,13 +82,23 @@ FastStep::~FastStep() = default;
 
 std::vector<std::pair<int64_t, int64_t>> FastStep::backward_blocks(const ModelConfig& config) {
   const ParameterRegistry reg(config);
+  const int64_t d = config.d_model, ff = config.d_ff, qd = config.q_dim(), kv = config.kv_dim();
   std::vector<std::pair<int64_t, int64_t>> out;
-  out.push_back({reg.final_norm(), reg.total() - reg.final_norm()});  // final_norm, head
-  for (int32_t l = config.n_layers - 1; l >= 0; --l) {  // one layer's tensors are contiguous
-    const int64_t end = l + 1 < config.n_layers ? reg.layer(l + 1).attn_norm : reg.final_norm();
-    out.push_back({reg.layer(l).attn_norm, end - reg.layer(l).attn_norm});
+  out.push_back({reg.head(), d * config.vocab_size});
+  out.push_back({reg.final_norm(), d});
+  for (int32_t l = config.n_layers - 1; l >= 0; --l) {  // kLayerBlocks, in this order
+    const auto& lw = reg.layer(l);
+    out.push_back({lw.w_down, ff * d});
+    out.push_back({lw.w_gate, d * ff});
+    out.push_back({lw.w_up, d * ff});
+    out.push_back({lw.mlp_norm, d});
+    out.push_back({lw.wo, qd * d});
+    out.push_back({lw.wq, d * qd});
+    out.push_back({lw.wk, d * kv});
+    out.push_back({lw.wv, d * kv});
+    out.push_back({lw.attn_norm, d});
   }
-  out.push_back({reg.embed(), int64_t{config.vocab_size} * config.d_model});
+  out.push_back({reg.embed(), int64_t{config.vocab_size} * d});
   return out;
 }
 
@@ -446,20 +463,26 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       lap(PhaseTimes::weight_chains);
     };
 
-    auto hand_over = [&](int64_t sent, int64_t wanted) {
+    // Sends the blocks `sent` (their chains final here, once every worker is past the barrier)
+    // and receives the blocks `wanted` (before any worker continues their chains): each block
+    // travels as soon as it is final and arrives as late as it can, so that the next rank lags
+    // by about one tensor's chain, not one layer's.
+    auto hand_over = [&](std::initializer_list<int64_t> sent, std::initializer_list<int64_t> wanted) {
       if (!linked) return;
       lap(PhaseTimes::backward_rows);
       barrier.wait();
       if (w == 0) {
-        if (sent >= 0 && part->send) part->send(static_cast<size_t>(sent));
+        if (part->send)
+          for (const int64_t i : sent) part->send(static_cast<size_t>(i));
         lap(PhaseTimes::send);
-        if (wanted >= 0 && cont && part->receive) part->receive(static_cast<size_t>(wanted));
+        if (cont && part->receive)
+          for (const int64_t i : wanted) part->receive(static_cast<size_t>(i));
       }
       barrier.wait();
       lap(PhaseTimes::receive);
     };
 
-    hand_over(-1, 0);
+    hand_over({}, {kHeadBlock});
     weight_grad(ws.xnf.get(), d, grad + reg.head());
     begin_emit(d);
     for_row_chunks([&](int64_t r0, int64_t r1) {
@@ -469,6 +492,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     });
     barrier.wait();
     dy_emitted();
+    hand_over({kHeadBlock}, {kFinalNormBlock});
     norm_weight(x, ws.invf.get(), grad + reg.final_norm());
 
     for (int32_t l = c.n_layers - 1; l >= 0; --l) {
@@ -477,8 +501,9 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       const Workspace::Cache& a = ws.cache[sz(l)];
       float* dgu = ws.dwide.get();   // [R, 2 ff] = [dgate | dup]
       float* dqkv = ws.dwide.get();  // [R, qd + 2 kv] = [dq | dk | dv]
-      const int64_t block = c.n_layers - l;  // this layer's in backward_blocks
-      hand_over(block - 1, block);
+      auto block = [&](LayerBlock b) { return layer_block(c, l, b); };
+      // The last chain finished before: the final norm's, or the attention norm's of the layer above.
+      hand_over({l + 1 < c.n_layers ? layer_block(c, l + 1, kAttnNorm) : kFinalNormBlock}, {block(kDown)});
       // x_out = x_mid + h @ w_down
       weight_grad(a.h.get(), ff, grad + lw.w_down);
       begin_emit(2 * ff);
@@ -491,6 +516,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
+      hand_over({block(kDown)}, {block(kGate), block(kUp)});
       gather(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
       weight_grad(a.xn2.get(), d, ws.wtemp.get());
       begin_emit(d);
@@ -502,13 +528,16 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       dy_emitted();
       scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
+      hand_over({block(kGate), block(kUp)}, {block(kMlpNorm)});
       norm_weight(a.x_mid.get(), a.inv2.get(), grad + lw.mlp_norm);
+      hand_over({block(kMlpNorm)}, {block(kWo)});
       // x_mid = x_in + att @ wo
       weight_grad(a.att.get(), qd, grad + lw.wo);
       for_row_chunks([&](int64_t r0, int64_t r1) {
         input_grad(r0, r1, ws.dx.get(), d, pl.wo_t, ws.dh.get());  // datt in dh
       });
       barrier.wait();
+      hand_over({block(kWo)}, {});
       for_items(rows * c.n_kv_heads, [&](int64_t task) {
         const int64_t b = task / c.n_kv_heads, g = task % c.n_kv_heads;
         const int64_t row0 = b * L, qo = g * group * hd, ko = g * hd;
@@ -532,6 +561,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
+      hand_over({}, {block(kWq), block(kWk), block(kWv)});
       gather(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
       weight_grad(a.xn1.get(), d, ws.wtemp.get());
       if (l > 0) begin_emit(d);
@@ -543,10 +573,11 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       if (l > 0) dy_emitted();
       scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
+      hand_over({block(kWq), block(kWk), block(kWv)}, {block(kAttnNorm)});
       norm_weight(a.x_in.get(), a.inv1.get(), grad + lw.attn_norm);
     }
     // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.
-    hand_over(c.n_layers, c.n_layers + 1);
+    hand_over({layer_block(c, 0, kAttnNorm)}, {embed_block(c)});
     {
       const auto [v0, v1] = static_range(V, w, n);
       float* de = grad + reg.embed();
@@ -560,7 +591,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   });
 
   if (linked) {
-    if (part->send) part->send(n_blocks - 1);  // embed
+    if (part->send) part->send(static_cast<size_t>(embed_block(c)));
     if (times) times->lap(PhaseTimes::send);
     if (cont && part->receive) part->receive(n_blocks);  // the loss total, into part->total
     if (times) times->lap(PhaseTimes::receive);
