@@ -27,6 +27,13 @@ class Distributed {
   // Non-blocking: n floats to rank() + 1, which must stay unchanged until wait_posted().
   virtual void post_to_next(const float* data, int64_t n) = 0;
   virtual void wait_posted() = 0;
+  // Non-blocking, for the final gradient: the last rank posts each block to every other rank
+  // as soon as it is final (post_final_to, waited for by wait_posted()); the other ranks post
+  // their receives before the step (post_final_receive, in the same order) and wait for them
+  // with wait_final() (counted as waiting).
+  virtual void post_final_to(int rank, const float* data, int64_t n) = 0;
+  virtual void post_final_receive(float* data, int64_t n) = 0;
+  virtual void wait_final() = 0;
   // `bytes` bytes of rank `root`'s buffer into every rank's.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // Rank 0: every rank's value, in rank order; the other ranks: empty.
@@ -55,6 +62,9 @@ class SingleRank final : public Distributed {
   void send_to_next(const float*, int64_t) override;
   void post_to_next(const float* data, int64_t n) override { send_to_next(data, n); }
   void wait_posted() override {}
+  void post_final_to(int, const float* data, int64_t n) override { send_to_next(data, n); }
+  void post_final_receive(float* data, int64_t n) override { receive_from_previous(data, n); }
+  void wait_final() override {}
   void broadcast(void*, int64_t, int) override {}
   std::vector<int64_t> gather_to_root(int64_t value) override { return {value}; }
   [[noreturn]] void abort(const std::string& message, bool every_rank_knows) override;

@@ -119,10 +119,12 @@ struct Trainer::Impl {
 
   // Data-parallel (docs/TRAINING.md, "Training on a cluster"): this rank's block of rows, the
   // gradient's chains (and the loss total's) received from the rank before, continued over the
-  // block and sent to the next; the last rank's result, the whole batch's, broadcast to all.
+  // block and sent to the next; the last rank's results, the whole batch's, are final and go
+  // from it straight to every other rank, each block as soon as it is final.
   float ranks_loss_and_gradient(const IdsView& ids, float* out_grad) {
     train::Distributed& net = *options.ranks;
     const int r = net.rank(), n = net.size();
+    const bool last = r + 1 == n;
     const int64_t size = registry.total();
     const auto [b0, b1] = train::rank_rows(ids.rows, r, n);
     train::FastStep::BatchPart part;
@@ -131,41 +133,58 @@ struct Trainer::Impl {
     // The gradient and the loss total travel in size + 1 floats, block by block of
     // FastStep::backward_blocks() as the backward finishes them (the total last), so that a
     // rank continues a block's chains while the rank before is still computing later blocks.
+    // The last rank's chains end in out_grad itself; the others keep theirs in `chain` (which
+    // must stay as sent until wait_posted) and take the final blocks into out_grad.
     chain.resize(static_cast<size_t>(size + 1));
     float* buffer = chain.data();
+    float total = 0.0f;  // the loss total: the last rank's, or received from it
     const std::vector<std::pair<int64_t, int64_t>> blocks = train::FastStep::backward_blocks(config);
-    auto region = [&](size_t i) {
-      return i < blocks.size() ? blocks[i] : std::pair<int64_t, int64_t>{size, 1};
+    // Block i of the gradient in `base` (chain or out_grad); i == blocks.size(): the loss total,
+    // chain[size] in the chain, else `total`.
+    auto region = [&](float* base, size_t i) -> std::pair<float*, int64_t> {
+      if (i < blocks.size()) return {base + blocks[i].first, blocks[i].second};
+      return {base == chain.data() ? base + size : &total, 1};
     };
+    if (last) {
+      buffer = out_grad;
+    } else {
+      for (size_t i = 0; i <= blocks.size(); ++i) {
+        const auto [at, count] = region(out_grad, i);
+        net.post_final_receive(at, count);
+      }
+    }
     part.continued = r > 0;  // rank 0 always has rows (rank_rows gives the first ranks more)
     if (r > 0)
       part.receive = [&](size_t i) {
-        const auto [offset, count] = region(i);
-        net.receive_from_previous(buffer + offset, count);
-        if (i == blocks.size()) part.total = buffer[size];
+        const auto [at, count] = region(buffer, i);
+        net.receive_from_previous(at, count);
+        if (i == blocks.size()) part.total = *at;
       };
-    if (r + 1 < n)
-      part.send = [&](size_t i) {
-        const auto [offset, count] = region(i);
-        net.post_to_next(buffer + offset, count);
-      };
+    part.send = [&](size_t i) {
+      const auto [at, count] = region(buffer, i);
+      if (!last) {
+        net.post_to_next(at, count);
+      } else {
+        for (int to = 0; to < r; ++to) net.post_final_to(to, at, count);
+      }
+    };
     if (b1 > b0) {
-      buffer[size] = fast->loss_and_gradient(*pool, threads(), rope, params, ids.data + b0 * ids.cols, b1 - b0, buffer,
-                                             &part);
-      if (part.send) part.send(blocks.size());
+      const float here = fast->loss_and_gradient(*pool, threads(), rope, params, ids.data + b0 * ids.cols, b1 - b0,
+                                                 buffer, &part);
+      *region(buffer, blocks.size()).first = here;
+      part.send(blocks.size());
       lap(train::PhaseTimes::send);
     } else {  // no rows here: pass every block on as it comes
       for (size_t i = 0; i <= blocks.size(); ++i) {
         part.receive(i);
-        if (part.send) part.send(i);
+        part.send(i);
       }
     }
-    net.wait_posted();  // before the broadcast overwrites what was sent
+    net.wait_posted();  // what this rank sent may change after
     lap(train::PhaseTimes::send);
-    net.broadcast(buffer, (size + 1) * static_cast<int64_t>(sizeof(float)), n - 1);
-    std::copy(buffer, buffer + size, out_grad);
+    if (!last) net.wait_final();
     lap(train::PhaseTimes::share);
-    return buffer[size] / static_cast<float>(part.count);
+    return total / static_cast<float>(part.count);
   }
 };
 

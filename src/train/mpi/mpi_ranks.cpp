@@ -24,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kChainTag = 20;
 constexpr int kGatherTag = 21;
+constexpr int kFinalTag = 22;
 constexpr int64_t kPiece = int64_t{1} << 28;  // elements per message: counts are C ints
 
 void check(int code, const char* what) {
@@ -79,6 +80,35 @@ class MpiRanks final : public Distributed {
     seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
+  void post_final_to(int rank, const float* data, int64_t n) override {
+    for (int64_t i = 0; i < n; i += kPiece) {
+      MPI_Request request;
+      check(MPI_Isend(data + i, static_cast<int>(std::min(kPiece, n - i)), MPI_FLOAT, rank, kFinalTag, MPI_COMM_WORLD,
+                      &request),
+            "MPI_Isend of the final gradient");
+      posted_.push_back(request);
+    }
+    bytes_sent += n * static_cast<int64_t>(sizeof(float));
+  }
+
+  void post_final_receive(float* data, int64_t n) override {
+    for (int64_t i = 0; i < n; i += kPiece) {
+      MPI_Request request;
+      check(MPI_Irecv(data + i, static_cast<int>(std::min(kPiece, n - i)), MPI_FLOAT, size_ - 1, kFinalTag,
+                      MPI_COMM_WORLD, &request),
+            "MPI_Irecv of the final gradient");
+      finals_.push_back(request);
+    }
+  }
+
+  void wait_final() override {
+    const Clock::time_point t0 = Clock::now();
+    if (!finals_.empty())
+      check(MPI_Waitall(static_cast<int>(finals_.size()), finals_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    finals_.clear();
+    seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
   void broadcast(void* data, int64_t bytes, int root) override {
     const Clock::time_point t0 = Clock::now();
     char* p = static_cast<char*>(data);
@@ -113,7 +143,7 @@ class MpiRanks final : public Distributed {
 
  private:
   int rank_ = 0, size_ = 1;
-  std::vector<MPI_Request> posted_;
+  std::vector<MPI_Request> posted_, finals_;
 };
 
 bool under_launcher() {
