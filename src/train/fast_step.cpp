@@ -198,6 +198,11 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   // Pipelined chains: between two barriers, worker 0 sends block `sent` (final here) and
   // receives block `wanted` (to continue here); -1: none.
   const bool linked = part != nullptr && (part->receive || part->send);
+  // Linked ranks compute the fused gradients (gate|up, q|k|v) part by part, straight into each
+  // part's gradient, so that each part travels as soon as its chains end and the next rank
+  // continues them in place (no copies through wtemp); when every part is whole panels of dy.
+  const int64_t panel = k.panel_width;
+  const bool by_parts = linked && ff % panel == 0 && qd % panel == 0 && kv % panel == 0;
   const size_t n_blocks = linked ? backward_blocks(c).size() : 0;
 
   pool.run(nt, [&](int w, int n) {
@@ -405,6 +410,17 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       matmul_at_part(k, xs, K, K, dy, dw, dy.N, at_scratch, w, n, cont);
       lap(PhaseTimes::weight_chains);
     };
+    // Columns [col, col + N) of dW = x^T @ dy (whole panels of dy) into dw [K, N]: worker w's
+    // share of the panels. The same chains as weight_grad's, for these columns.
+    auto weight_grad_columns = [&](const float* xs, int64_t K, int64_t col, int64_t N, float* dw) {
+      lap(PhaseTimes::backward_rows);
+      const PackedMatrix& dy = ws.dy_packed[dy_read];
+      const auto [q0, q1] = static_range(N / panel, w, n);
+      if (q0 < q1)
+        (cont ? k.matmul_at_continue : k.matmul_at)(xs, K, K, dy, col / panel + q0, col / panel + q1, dw - col, N,
+                                                     at_scratch);
+      lap(PhaseTimes::weight_chains);
+    };
     // dx [r0, r1) = dy [r0, r1) @ W^T (packed); dy rounded under bf16 (emit_rows has left it so).
     auto input_grad = [&](int64_t r0, int64_t r1, const float* dy, int64_t N, const PackedMatrix& wt, float* dxo) {
       rows_matmul(r0, r1, bf16 ? ws.dy_round[dy_read].get() : dy, N, wt, dxo, wt.N);
@@ -516,9 +532,16 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
-      hand_over({block(kDown)}, {block(kGate), block(kUp)});
-      gather(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
-      weight_grad(a.xn2.get(), d, ws.wtemp.get());
+      if (by_parts) {
+        hand_over({block(kDown)}, {block(kGate)});
+        weight_grad_columns(a.xn2.get(), d, 0, ff, grad + lw.w_gate);
+        hand_over({block(kGate)}, {block(kUp)});
+        weight_grad_columns(a.xn2.get(), d, ff, ff, grad + lw.w_up);
+      } else {
+        hand_over({block(kDown)}, {block(kGate), block(kUp)});
+        gather(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
+        weight_grad(a.xn2.get(), d, ws.wtemp.get());
+      }
       begin_emit(d);
       for_row_chunks([&](int64_t r0, int64_t r1) {
         input_grad(r0, r1, dgu, 2 * ff, pl.gu_t, ws.dxn.get());
@@ -527,8 +550,12 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
-      scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
-      hand_over({block(kGate), block(kUp)}, {block(kMlpNorm)});
+      if (by_parts) {
+        hand_over({block(kUp)}, {block(kMlpNorm)});
+      } else {
+        scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
+        hand_over({block(kGate), block(kUp)}, {block(kMlpNorm)});
+      }
       norm_weight(a.x_mid.get(), a.inv2.get(), grad + lw.mlp_norm);
       hand_over({block(kMlpNorm)}, {block(kWo)});
       // x_mid = x_in + att @ wo
@@ -561,9 +588,18 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       dy_emitted();
-      hand_over({}, {block(kWq), block(kWk), block(kWv)});
-      gather(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
-      weight_grad(a.xn1.get(), d, ws.wtemp.get());
+      if (by_parts) {
+        hand_over({}, {block(kWq)});
+        weight_grad_columns(a.xn1.get(), d, 0, qd, grad + lw.wq);
+        hand_over({block(kWq)}, {block(kWk)});
+        weight_grad_columns(a.xn1.get(), d, qd, kv, grad + lw.wk);
+        hand_over({block(kWk)}, {block(kWv)});
+        weight_grad_columns(a.xn1.get(), d, qd + kv, kv, grad + lw.wv);
+      } else {
+        hand_over({}, {block(kWq), block(kWk), block(kWv)});
+        gather(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
+        weight_grad(a.xn1.get(), d, ws.wtemp.get());
+      }
       if (l > 0) begin_emit(d);
       for_row_chunks([&](int64_t r0, int64_t r1) {
         input_grad(r0, r1, dqkv, qkv_ld, pl.qkv_t, ws.dxn.get());
@@ -572,8 +608,12 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       });
       barrier.wait();
       if (l > 0) dy_emitted();
-      scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
-      hand_over({block(kWq), block(kWk), block(kWv)}, {block(kAttnNorm)});
+      if (by_parts) {
+        hand_over({block(kWv)}, {block(kAttnNorm)});
+      } else {
+        scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
+        hand_over({block(kWq), block(kWk), block(kWv)}, {block(kAttnNorm)});
+      }
       norm_weight(a.x_in.get(), a.inv1.get(), grad + lw.attn_norm);
     }
     // d_embed[v] = sum of dx[r] over the rows whose id is v, in increasing r.

@@ -103,58 +103,88 @@ TEST(ContinuedChains, FastStepOverBlocksOfRowsEqualsTheWholeBatch) {
   }
 }
 
+// A model whose fused gradients' parts (gate|up: d_ff; q|k|v: q_dim, kv_dim) are whole panels
+// of every SIMD target (8, 16 or 32 columns), so that linked ranks compute them part by part,
+// straight into each part's gradient.
+ModelConfig panel_aligned_config() {
+  ModelConfig c = test::tiny_config(8);
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;  // head_dim 16: q_dim 64, kv_dim 32
+  c.d_ff = 96;
+  c.batch = 4;
+  return c;
+}
+
 // The pipelined form in one process: the blocks run one after another over one buffer, so the
 // hooks only check the order (every block received and sent once, in increasing order, the loss
-// total last) and hand over the total; the bits are the whole batch's.
+// total last) and hand over the total; the bits are the whole batch's. Both forms of the fused
+// gradients (through wtemp, and part by part when the parts are whole panels), f32 and bf16, on
+// 1 and 2 threads.
 TEST(ContinuedChains, PipelinedHooksComeInBackwardOrderAndKeepTheBits) {
-  ModelConfig c = test::tiny_config(8);
-  c.batch = 4;
-  const std::vector<float> params = init_parameters(c, 12);
-  const std::vector<int32_t> ids = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 13);
-  const train::RopeTables<float> rope(c);
-  const auto pool = make_thread_pool(2);
-  const int64_t n = ParameterRegistry(c).total();
-  const size_t blocks = train::FastStep::backward_blocks(c).size();
-  // One block per tensor: the head, the final norm, nine per layer, the embedding.
-  ASSERT_EQ(blocks, 9 * static_cast<size_t>(c.n_layers) + 3);
-  std::vector<std::pair<int64_t, int64_t>> sorted = train::FastStep::backward_blocks(c);
-  std::sort(sorted.begin(), sorted.end());
-  int64_t covered = 0;
-  for (const auto& [offset, count] : sorted) {
-    EXPECT_EQ(offset, covered) << "the blocks tile the gradient";
-    covered = offset + count;
-  }
-  EXPECT_EQ(covered, n);
-  std::vector<float> whole(static_cast<size_t>(n));
-  const float loss = train::FastStep(c, Precision::f32, "")
-                         .loss_and_gradient(*pool, 2, rope, params, ids.data(), c.batch, whole.data());
-  std::vector<float> grad(static_cast<size_t>(n), 5.0f);
-  float carried = 0.0f;
-  for (int r = 0; r < 3; ++r) {
-    const auto [b0, b1] = train::rank_rows(c.batch, r, 3);
-    std::vector<size_t> received, sent;
-    train::FastStep::BatchPart part;
-    part.count = c.batch * c.length;
-    part.continued = r > 0;
-    part.receive = [&](size_t i) {
-      received.push_back(i);
-      if (i == blocks) part.total = carried;
-    };
-    part.send = [&](size_t i) { sent.push_back(i); };
-    train::FastStep step(c, Precision::f32, "");
-    carried = step.loss_and_gradient(*pool, 2, rope, params, ids.data() + b0 * (c.length + 1), b1 - b0, grad.data(),
-                                     &part);
-    std::vector<size_t> want_received, want_sent;
-    for (size_t i = 0; i < blocks; ++i) want_sent.push_back(i);
-    if (r > 0) {
-      want_received = want_sent;
-      want_received.push_back(blocks);
+  ModelConfig narrow = test::tiny_config(8);
+  narrow.batch = 4;
+  const ModelConfig wide = panel_aligned_config();
+  const int32_t panel = simd::best_kernels().panel_width;
+  ASSERT_EQ(wide.d_ff % panel, 0);
+  ASSERT_EQ(wide.q_dim() % panel, 0);
+  ASSERT_EQ(wide.kv_dim() % panel, 0);
+  ASSERT_NE(narrow.d_ff % panel, 0);
+  for (const ModelConfig& c : {narrow, wide}) {
+    const std::vector<float> params = init_parameters(c, 12);
+    const std::vector<int32_t> ids = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 13);
+    const train::RopeTables<float> rope(c);
+    const auto pool = make_thread_pool(2);
+    const int64_t n = ParameterRegistry(c).total();
+    const size_t blocks = train::FastStep::backward_blocks(c).size();
+    // One block per tensor: the head, the final norm, nine per layer, the embedding.
+    ASSERT_EQ(blocks, 9 * static_cast<size_t>(c.n_layers) + 3);
+    std::vector<std::pair<int64_t, int64_t>> sorted = train::FastStep::backward_blocks(c);
+    std::sort(sorted.begin(), sorted.end());
+    int64_t covered = 0;
+    for (const auto& [offset, count] : sorted) {
+      EXPECT_EQ(offset, covered) << "the blocks tile the gradient";
+      covered = offset + count;
     }
-    EXPECT_EQ(received, want_received) << "rank " << r;
-    EXPECT_EQ(sent, want_sent) << "rank " << r;
+    EXPECT_EQ(covered, n);
+    for (const Precision precision : {Precision::f32, Precision::bf16}) {
+      const std::string what = "d_model " + std::to_string(c.d_model) + ", " + precision_name(precision);
+      std::vector<float> whole(static_cast<size_t>(n));
+      const float loss = train::FastStep(c, precision, "")
+                             .loss_and_gradient(*pool, 2, rope, params, ids.data(), c.batch, whole.data());
+      for (int threads = 1; threads <= 2; ++threads) {
+        std::vector<float> grad(static_cast<size_t>(n), 5.0f);
+        float carried = 0.0f;
+        for (int r = 0; r < 3; ++r) {
+          const auto [b0, b1] = train::rank_rows(c.batch, r, 3);
+          std::vector<size_t> received, sent;
+          train::FastStep::BatchPart part;
+          part.count = c.batch * c.length;
+          part.continued = r > 0;
+          part.receive = [&](size_t i) {
+            received.push_back(i);
+            if (i == blocks) part.total = carried;
+          };
+          part.send = [&](size_t i) { sent.push_back(i); };
+          train::FastStep step(c, precision, "");
+          carried = step.loss_and_gradient(*pool, threads, rope, params, ids.data() + b0 * (c.length + 1), b1 - b0,
+                                           grad.data(), &part);
+          std::vector<size_t> want_received, want_sent;
+          for (size_t i = 0; i < blocks; ++i) want_sent.push_back(i);
+          if (r > 0) {
+            want_received = want_sent;
+            want_received.push_back(blocks);
+          }
+          EXPECT_EQ(received, want_received) << what << ", rank " << r;
+          EXPECT_EQ(sent, want_sent) << what << ", rank " << r;
+        }
+        EXPECT_TRUE(test::same_bits(whole, grad)) << what << ", " << threads << " threads";
+        EXPECT_EQ(std::bit_cast<uint32_t>(loss),
+                  std::bit_cast<uint32_t>(carried / static_cast<float>(c.batch * c.length)))
+            << what;
+      }
+    }
   }
-  EXPECT_TRUE(test::same_bits(whole, grad));
-  EXPECT_EQ(std::bit_cast<uint32_t>(loss), std::bit_cast<uint32_t>(carried / static_cast<float>(c.batch * c.length)));
 }
 
 TEST(RankRows, ContiguousBlocksInRankOrder) {
@@ -238,6 +268,24 @@ TEST(MpiTrain, SameCheckpointsAtOneToFourRanksAndWithoutMpi) {
     size_t done = 0;
     for (size_t at = r.out.find("train: done"); at != std::string::npos; at = r.out.find("train: done", at + 1)) ++done;
     EXPECT_EQ(done, 1u) << r.out;
+  }
+}
+
+// Widths whose fused gradients' parts are whole panels (panel_aligned_config): the ranks send
+// gate, up, q, k and v part by part as their chains end.
+TEST(MpiTrain, PanelAlignedWidthsGiveTheSameCheckpointsAtTwoAndThreeRanks) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  const std::string run = test::write_tiny_run(
+      dir, {{":batch", "5"}, {":n-layers", "2"}, {":d-model", "64"}, {":n-heads", "4"}, {":n-kv-heads", "2"},
+            {":d-ff", "96"}, {":steps", "3"}, {":checkpoint-every", "1"}});
+  expect_ok(test::run_command(train(run, dir / "plain")), "the run without mpirun");
+  const auto want = hashes(dir / "plain");
+  ASSERT_EQ(want.count("step-00000003/model.json"), 1u);
+  for (int ranks = 2; ranks <= 3; ++ranks) {
+    const std::string ck = dir / ("np" + std::to_string(ranks));
+    expect_ok(test::run_command(launch(ranks, train(run, ck))), std::to_string(ranks) + " ranks");
+    EXPECT_EQ(hashes(ck), want) << ranks << " ranks";
   }
 }
 
