@@ -27,12 +27,15 @@ class Distributed {
   // Non-blocking: n floats to rank() + 1, which must stay unchanged until wait_posted().
   virtual void post_to_next(const float* data, int64_t n) = 0;
   virtual void wait_posted() = 0;
-  // Non-blocking, for the final gradient: the last rank posts each block to every other rank
-  // as soon as it is final (post_final_to, waited for by wait_posted()); the other ranks post
-  // their receives before the step (post_final_receive, in the same order) and wait for them
-  // with wait_final() (counted as waiting).
+  // Non-blocking, for the final gradient, which goes round a ring: the last rank posts each
+  // block to rank 0 as soon as it is final, and ranks 0 to size() - 3 pass each on to the next
+  // as it arrives (post_final_to, waited for by wait_posted()). Each rank but the last posts its
+  // receives before the step (post_final_receive, in the order they will come; returns the
+  // receive's number), asks whether one has arrived (final_arrived, waiting for it with `wait`,
+  // which counts as waiting) and ends with wait_final().
   virtual void post_final_to(int rank, const float* data, int64_t n) = 0;
-  virtual void post_final_receive(float* data, int64_t n) = 0;
+  virtual size_t post_final_receive(float* data, int64_t n, int from) = 0;
+  virtual bool final_arrived(size_t receive, bool wait) = 0;
   virtual void wait_final() = 0;
   // `bytes` bytes of rank `root`'s buffer into every rank's.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
@@ -63,7 +66,11 @@ class SingleRank final : public Distributed {
   void post_to_next(const float* data, int64_t n) override { send_to_next(data, n); }
   void wait_posted() override {}
   void post_final_to(int, const float* data, int64_t n) override { send_to_next(data, n); }
-  void post_final_receive(float* data, int64_t n) override { receive_from_previous(data, n); }
+  size_t post_final_receive(float* data, int64_t n, int) override {
+    receive_from_previous(data, n);
+    return 0;
+  }
+  bool final_arrived(size_t, bool) override { return true; }
   void wait_final() override {}
   void broadcast(void*, int64_t, int) override {}
   std::vector<int64_t> gather_to_root(int64_t value) override { return {value}; }

@@ -120,7 +120,7 @@ struct Trainer::Impl {
   // Data-parallel (docs/TRAINING.md, "Training on a cluster"): this rank's block of rows, the
   // gradient's chains (and the loss total's) received from the rank before, continued over the
   // block and sent to the next; the last rank's results, the whole batch's, are final and go
-  // from it straight to every other rank, each block as soon as it is final.
+  // round the ring (last -> 0 -> 1 -> ... -> second last), each block as soon as it is final.
   float ranks_loss_and_gradient(const IdsView& ids, float* out_grad) {
     train::Distributed& net = *options.ranks;
     const int r = net.rank(), n = net.size();
@@ -145,12 +145,26 @@ struct Trainer::Impl {
       if (i < blocks.size()) return {base + blocks[i].first, blocks[i].second};
       return {base == chain.data() ? base + size : &total, 1};
     };
+    // The final blocks come from the last rank to rank 0, from rank r - 1 to the others, and
+    // ranks 0 to n - 3 pass each on as it arrives (checked whenever this rank sends or receives
+    // a block of the chain, and at the end).
+    std::vector<size_t> finals;
+    size_t forwarded = 0;
+    const bool forwards = r + 2 < n;
+    auto forward = [&](bool wait) {
+      if (!forwards) return;
+      while (forwarded < finals.size() && net.final_arrived(finals[forwarded], wait)) {
+        const auto [at, count] = region(out_grad, forwarded);
+        net.post_final_to(r + 1, at, count);
+        ++forwarded;
+      }
+    };
     if (last) {
       buffer = out_grad;
     } else {
       for (size_t i = 0; i <= blocks.size(); ++i) {
         const auto [at, count] = region(out_grad, i);
-        net.post_final_receive(at, count);
+        finals.push_back(net.post_final_receive(at, count, r == 0 ? n - 1 : r - 1));
       }
     }
     part.continued = r > 0;  // rank 0 always has rows (rank_rows gives the first ranks more)
@@ -159,13 +173,15 @@ struct Trainer::Impl {
         const auto [at, count] = region(buffer, i);
         net.receive_from_previous(at, count);
         if (i == blocks.size()) part.total = *at;
+        forward(false);
       };
     part.send = [&](size_t i) {
       const auto [at, count] = region(buffer, i);
       if (!last) {
         net.post_to_next(at, count);
+        forward(false);
       } else {
-        for (int to = 0; to < r; ++to) net.post_final_to(to, at, count);
+        net.post_final_to(0, at, count);
       }
     };
     if (b1 > b0) {
@@ -180,6 +196,7 @@ struct Trainer::Impl {
         part.send(i);
       }
     }
+    forward(true);
     net.wait_posted();  // what this rank sent may change after
     lap(train::PhaseTimes::send);
     if (!last) net.wait_final();

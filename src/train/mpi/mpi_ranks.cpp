@@ -91,22 +91,37 @@ class MpiRanks final : public Distributed {
     bytes_sent += n * static_cast<int64_t>(sizeof(float));
   }
 
-  void post_final_receive(float* data, int64_t n) override {
+  size_t post_final_receive(float* data, int64_t n, int from) override {
+    std::vector<MPI_Request>& requests = finals_.emplace_back();
     for (int64_t i = 0; i < n; i += kPiece) {
       MPI_Request request;
-      check(MPI_Irecv(data + i, static_cast<int>(std::min(kPiece, n - i)), MPI_FLOAT, size_ - 1, kFinalTag,
+      check(MPI_Irecv(data + i, static_cast<int>(std::min(kPiece, n - i)), MPI_FLOAT, from, kFinalTag,
                       MPI_COMM_WORLD, &request),
             "MPI_Irecv of the final gradient");
-      finals_.push_back(request);
+      requests.push_back(request);
     }
+    return finals_.size() - 1;
+  }
+
+  bool final_arrived(size_t receive, bool wait) override {
+    std::vector<MPI_Request>& requests = finals_.at(receive);
+    if (requests.empty()) return true;
+    if (wait) {
+      const Clock::time_point t0 = Clock::now();
+      check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
+    } else {
+      int done = 0;
+      check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (!done) return false;
+    }
+    requests.clear();
+    return true;
   }
 
   void wait_final() override {
-    const Clock::time_point t0 = Clock::now();
-    if (!finals_.empty())
-      check(MPI_Waitall(static_cast<int>(finals_.size()), finals_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    for (size_t i = 0; i < finals_.size(); ++i) final_arrived(i, true);
     finals_.clear();
-    seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
@@ -143,7 +158,8 @@ class MpiRanks final : public Distributed {
 
  private:
   int rank_ = 0, size_ = 1;
-  std::vector<MPI_Request> posted_, finals_;
+  std::vector<MPI_Request> posted_;
+  std::vector<std::vector<MPI_Request>> finals_;  // per post_final_receive
 };
 
 bool under_launcher() {
