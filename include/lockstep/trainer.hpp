@@ -44,7 +44,10 @@ struct TrainerOptions {
   // Data-parallel training (run_training sets it under mpirun): each rank computes its block of
   // the batch's rows and the gradient's chains pass from rank to rank in row order, so every
   // rank holds the single process's gradient bits. Null or one rank: the whole batch here.
-  // The fast device only.
+  // The fast device only. Each rank then applies AdamW and the EMA to its own slice of the
+  // parameters, and the new parameters are shared (bytes, no arithmetic): every rank holds all
+  // the parameters after each step, but m(), v(), ema() and state() hold the other ranks' slices
+  // only after gather_state().
   std::shared_ptr<train::Distributed> ranks;
 };
 
@@ -72,6 +75,11 @@ class Trainer {
   // gradient() holds this step's gradient. On failure (bad ids, a non-finite loss or gradient)
   // it throws, and none of them move; gradient() is cleared.
   uint32_t train_step(const IdsView& ids, std::optional<float> lr = std::nullopt);
+
+  // Data-parallel: brings every rank's slice of m, v and the EMA to every rank, so that m(),
+  // v(), ema() and state() are whole. Every rank must call it at the same step (run_training
+  // does before each checkpoint and evaluation). Nothing to do in one process.
+  void gather_state();
 
   // The mean loss of ids [batch, length + 1] under the current parameters, without training.
   uint32_t loss_bits(const IdsView& ids) const;

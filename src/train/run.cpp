@@ -349,7 +349,11 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
     report.loss_bits = bits;
     report.loss = std::bit_cast<float>(bits);
     report.lr = lr;
-    if (evaluates && (step % run.eval_every == 0 || step == last)) {
+    // Data-parallel: every rank brings the optimizer state's slices together before rank 0
+    // evaluates the EMA or writes a checkpoint (the same steps on every rank).
+    const bool eval_step = run.eval_every > 0 && data.held_out_bytes() > 0 && (step % run.eval_every == 0 || step == last);
+    if (several && eval_step) trainer->gather_state();
+    if (evaluates && eval_step) {
       ModelOptions mo;
       mo.device = options.device;
       mo.threads = options.threads;
@@ -371,9 +375,11 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
 
     // Asked to stop: this step is done; write its checkpoint (the schedule may already) and end.
     const bool stopping = stop_asked() && step < last;
+    const bool checkpoint_step = (run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last || stopping;
+    if (several && checkpoint_step) trainer->gather_state();
     // The step's gradient is complete on every rank (train_step returned after the last rank's
     // broadcast), so rank 0 never writes a checkpoint of a partial gradient.
-    if (root && ((run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last || stopping)) {
+    if (root && checkpoint_step) {
       CheckpointReport written;
       written.step = step;
       try {

@@ -78,6 +78,8 @@ struct Trainer::Impl {
   std::unique_ptr<train::FastStep> fast;  // the fast path's workspace and packed weights
   std::vector<float> chain;  // data-parallel: the gradient and loss total passed between ranks
   std::shared_ptr<ThreadPool> pool;
+  // Data-parallel: m, v and the EMA hold only this rank's slice's newest values (gather_state).
+  bool sliced = false;
 
   Impl(const ModelConfig& c, const TrainerOptions& o) : config(c), registry(c), options(o), rope(c) {
     o.adamw.validate();
@@ -98,6 +100,23 @@ struct Trainer::Impl {
   }
 
   int threads() const { return options.threads > 0 ? options.threads : thread_pool_size(*pool); }
+
+  // Data-parallel ranks (more than one), else null.
+  train::Distributed* several() const {
+    return options.ranks && options.ranks->size() > 1 ? options.ranks.get() : nullptr;
+  }
+  // Rank q's slice of the parameters for the optimizer: contiguous, in rank order.
+  std::pair<int64_t, int64_t> slice(int q) const {
+    return train::rank_rows(static_cast<int64_t>(params.size()), q, options.ranks->size());
+  }
+  // Every rank's slice of v [n] from its owner to every rank: broadcasts of bytes.
+  void share_slices(float* v) const {
+    train::Distributed& net = *options.ranks;
+    for (int q = 0; q < net.size(); ++q) {
+      const auto [b, e] = slice(q);
+      if (e > b) net.broadcast(v + b, (e - b) * static_cast<int64_t>(sizeof(float)), q);
+    }
+  }
 
   // The benchmark's phase times (train/phase_times.hpp), when the ranks keep them.
   train::PhaseTimes* times() const { return options.ranks && options.ranks->timing ? &options.ranks->times : nullptr; }
@@ -311,9 +330,12 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   const train::OptimizerBuffers buffers{g, s.params.data(), s.m.data(), s.v.data(), has_ema ? s.ema.data() : nullptr,
                                         s.next_params.data(), s.next_m.data(), s.next_v.data(),
                                         has_ema ? s.next_ema.data() : nullptr};
+  // Data-parallel: this rank's slice only; the new parameters are shared below.
+  train::Distributed* const ranks = s.several();
+  const auto [u0, u1] = ranks ? s.slice(ranks->rank()) : std::pair<int64_t, int64_t>{0, static_cast<int64_t>(n)};
   s.pool->run(workers, [&](int w, int nw) {
-    const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
-    train::update_range(k, scalars, scale, ema_decay, buffers, b, e);
+    const auto [b, e] = static_range(u1 - u0, w, nw);
+    train::update_range(k, scalars, scale, ema_decay, buffers, u0 + b, u0 + e);
   });
   for (const auto& [begin, end] : s.frozen) {
     std::copy(s.params.begin() + begin, s.params.begin() + end, s.next_params.begin() + begin);
@@ -329,7 +351,21 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   s.grad_valid = true;
   s.completed = t;
   s.lap(train::PhaseTimes::optimizer);
+  if (ranks) {
+    s.share_slices(s.params.data());
+    s.sliced = true;
+    s.lap(train::PhaseTimes::share);
+  }
   return std::bit_cast<uint32_t>(loss);
+}
+
+void Trainer::gather_state() {
+  Impl& s = *impl_;
+  if (!s.sliced) return;
+  s.share_slices(s.m.data());
+  s.share_slices(s.v.data());
+  if (!s.ema.empty()) s.share_slices(s.ema.data());
+  s.sliced = false;
 }
 
 uint32_t Trainer::loss_bits(const IdsView& ids) const {
