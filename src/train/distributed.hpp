@@ -39,6 +39,9 @@ class Distributed {
   virtual void wait_final() = 0;
   // `bytes` bytes of rank `root`'s buffer into every rank's.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // Every rank's slice of data into every rank's: slice q is floats [begin[q], begin[q + 1]),
+  // copied as they are (an allgather of bytes; no arithmetic).
+  virtual void allgather(float* data, const std::vector<int64_t>& begin) = 0;
   // Rank 0: every rank's value, in rank order; the other ranks: empty.
   virtual std::vector<int64_t> gather_to_root(int64_t value) = 0;
   // Prints "lockstep train: rank R of N: message" on stderr (only on rank 0 when every rank
@@ -47,7 +50,7 @@ class Distributed {
 
   // Counters for the benchmark and the report: bytes this rank has sent (its share of the
   // broadcasts included, as the message size it passed) and seconds it spent blocked in
-  // receives and broadcasts.
+  // receives, waits and broadcasts.
   int64_t bytes_sent = 0;
   double seconds_waiting = 0.0;
   // With `timing` (RunOptions::phase_times), the trainer and the fast step sum where this
@@ -73,6 +76,7 @@ class SingleRank final : public Distributed {
   bool final_arrived(size_t, bool) override { return true; }
   void wait_final() override {}
   void broadcast(void*, int64_t, int) override {}
+  void allgather(float*, const std::vector<int64_t>&) override {}
   std::vector<int64_t> gather_to_root(int64_t value) override { return {value}; }
   [[noreturn]] void abort(const std::string& message, bool every_rank_knows) override;
 };

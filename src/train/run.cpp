@@ -377,8 +377,9 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
     const bool stopping = stop_asked() && step < last;
     const bool checkpoint_step = (run.checkpoint_every > 0 && step % run.checkpoint_every == 0) || step == last || stopping;
     if (several && checkpoint_step) trainer->gather_state();
-    // The step's gradient is complete on every rank (train_step returned after the last rank's
-    // broadcast), so rank 0 never writes a checkpoint of a partial gradient.
+    // The step's gradient is complete on every rank (train_step returned after the final
+    // gradient and the new parameters arrived), so rank 0 never writes a checkpoint of a
+    // partial gradient.
     if (root && checkpoint_step) {
       CheckpointReport written;
       written.step = step;

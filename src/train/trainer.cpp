@@ -109,13 +109,13 @@ struct Trainer::Impl {
   std::pair<int64_t, int64_t> slice(int q) const {
     return train::rank_rows(static_cast<int64_t>(params.size()), q, options.ranks->size());
   }
-  // Every rank's slice of v [n] from its owner to every rank: broadcasts of bytes.
+  // Every rank's slice of v [n] from its owner to every rank: an allgather of bytes.
   void share_slices(float* v) const {
     train::Distributed& net = *options.ranks;
-    for (int q = 0; q < net.size(); ++q) {
-      const auto [b, e] = slice(q);
-      if (e > b) net.broadcast(v + b, (e - b) * static_cast<int64_t>(sizeof(float)), q);
-    }
+    std::vector<int64_t> begin;
+    for (int q = 0; q < net.size(); ++q) begin.push_back(slice(q).first);
+    begin.push_back(static_cast<int64_t>(params.size()));
+    net.allgather(v, begin);
   }
 
   // The benchmark's phase times (train/phase_times.hpp), when the ranks keep them.

@@ -134,6 +134,27 @@ class MpiRanks final : public Distributed {
     seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
+  void allgather(float* data, const std::vector<int64_t>& begin) override {
+    const Clock::time_point t0 = Clock::now();
+    if (begin.back() > INT_MAX) {  // past MPI's int counts: one broadcast (in pieces) per slice
+      for (int q = 0; q < size_; ++q) {
+        const int64_t b = begin[static_cast<size_t>(q)], e = begin[static_cast<size_t>(q) + 1];
+        if (e > b) broadcast(data + b, (e - b) * static_cast<int64_t>(sizeof(float)), q);
+      }
+      return;
+    }
+    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+    for (int q = 0; q < size_; ++q) {
+      counts[static_cast<size_t>(q)] = static_cast<int>(begin[static_cast<size_t>(q) + 1] - begin[static_cast<size_t>(q)]);
+      displs[static_cast<size_t>(q)] = static_cast<int>(begin[static_cast<size_t>(q)]);
+    }
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), MPI_FLOAT,
+                         MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+    bytes_sent += static_cast<int64_t>(counts[static_cast<size_t>(rank_)]) * static_cast<int64_t>(sizeof(float));
+    seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
   std::vector<int64_t> gather_to_root(int64_t value) override {
     if (rank_ != 0) {
       check(MPI_Send(&value, 1, MPI_INT64_T, 0, kGatherTag, MPI_COMM_WORLD), "MPI_Send to rank 0");
