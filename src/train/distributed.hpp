@@ -39,9 +39,9 @@ class Distributed {
   virtual void wait_final() = 0;
   // `bytes` bytes of rank `root`'s buffer into every rank's.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
-  // Every rank's slice of data into every rank's: slice q is floats [begin[q], begin[q + 1]),
-  // copied as they are (an allgather of bytes; no arithmetic).
-  virtual void allgather(float* data, const std::vector<int64_t>& begin) = 0;
+  // Every rank's slice of data into every rank's: slice q is bytes [begin[q], begin[q + 1])
+  // (size() + 1 offsets), copied as they are (an allgather of bytes; no arithmetic).
+  virtual void allgather(void* data, const std::vector<int64_t>& begin) = 0;
   // Rank 0: every rank's value, in rank order; the other ranks: empty.
   virtual std::vector<int64_t> gather_to_root(int64_t value) = 0;
   // Prints "lockstep train: rank R of N: message" on stderr (only on rank 0 when every rank
@@ -76,7 +76,7 @@ class SingleRank final : public Distributed {
   bool final_arrived(size_t, bool) override { return true; }
   void wait_final() override {}
   void broadcast(void*, int64_t, int) override {}
-  void allgather(float*, const std::vector<int64_t>&) override {}
+  void allgather(void*, const std::vector<int64_t>&) override {}
   std::vector<int64_t> gather_to_root(int64_t value) override { return {value}; }
   [[noreturn]] void abort(const std::string& message, bool every_rank_knows) override;
 };

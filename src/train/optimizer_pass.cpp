@@ -19,6 +19,20 @@ double gradient_sum_of_squares(const simd::Kernels* kernels, ThreadPool& pool, i
   return total;
 }
 
+void gradient_block_sums(const simd::Kernels& kernels, ThreadPool& pool, int workers, const float* g, int64_t n,
+                         int64_t b0, int64_t b1, double* sums) {
+  pool.run(workers, [&](int w, int nw) {
+    const auto [b, e] = static_range(b1 - b0, w, nw);
+    kernels.block_sums_of_squares(g, n, b0 + b, b0 + e, sums + b0 + b);
+  });
+}
+
+double sum_in_order(const std::vector<double>& sums) {
+  double total = 0.0;
+  for (const double block : sums) total = total + block;
+  return total;
+}
+
 void update_range(const simd::Kernels* kernels, const ref::AdamWScalars& s, float grad_scale, double ema_decay,
                   const OptimizerBuffers& b, int64_t begin, int64_t end) {
   const auto adamw = kernels ? kernels->adamw_update : &ref::adamw_update;

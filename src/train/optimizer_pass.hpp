@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/thread_pool.hpp"
 #include "kernels/ref/optimizer.hpp"
@@ -15,6 +16,13 @@ namespace lockstep::train {
 // of `pool`, then added in increasing block order.
 double gradient_sum_of_squares(const simd::Kernels* kernels, ThreadPool& pool, int workers, const float* g,
                                int64_t n);
+
+// Blocks [b0, b1) of ref::kNormBlock elements of g [n]: each block's sum of squares into
+// sums[b], side by side on `workers` of `pool` (the blocks gradient_sum_of_squares sums).
+void gradient_block_sums(const simd::Kernels& kernels, ThreadPool& pool, int workers, const float* g, int64_t n,
+                         int64_t b0, int64_t b1, double* sums);
+// The blocks' sums added in increasing block order from +0, as gradient_sum_of_squares does.
+double sum_in_order(const std::vector<double>& sums);
 
 // One step's buffers: the gradient and the state in, the next state out (ema and ema_out null
 // without an EMA).

@@ -113,8 +113,8 @@ struct Trainer::Impl {
   void share_slices(float* v) const {
     train::Distributed& net = *options.ranks;
     std::vector<int64_t> begin;
-    for (int q = 0; q < net.size(); ++q) begin.push_back(slice(q).first);
-    begin.push_back(static_cast<int64_t>(params.size()));
+    for (int q = 0; q < net.size(); ++q) begin.push_back(slice(q).first * static_cast<int64_t>(sizeof(float)));
+    begin.push_back(static_cast<int64_t>(params.size() * sizeof(float)));
     net.allgather(v, begin);
   }
 
@@ -288,17 +288,34 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   if (!std::isfinite(loss))
     throw Error(ErrorKind::state, "the loss of step " + std::to_string(s.completed + 1) + " is not finite (" +
                                       std::to_string(loss) + "); the step was not applied");
-  // The first non-finite element, each worker searching its own range.
+  // The first non-finite element, each worker searching its own range. Data-parallel, each rank
+  // checks (and sums the squares of) its own whole blocks of ref::kNormBlock elements, and the
+  // ranks share what they found and their blocks' sums (bytes).
   const int workers = s.options.device == Device::reference ? 1 : s.threads();
+  train::Distributed* const ranks = s.several();
+  const int64_t norm_blocks = (static_cast<int64_t>(n) + ref::kNormBlock - 1) / ref::kNormBlock;
+  const auto [nb0, nb1] = ranks ? train::rank_rows(norm_blocks, ranks->rank(), ranks->size())
+                                : std::pair<int64_t, int64_t>{0, norm_blocks};
+  const int64_t c0 = nb0 * ref::kNormBlock, c1 = std::min(static_cast<int64_t>(n), nb1 * ref::kNormBlock);
   std::vector<int64_t> first_bad(static_cast<size_t>(workers), -1);
   s.pool->run(workers, [&](int w, int nw) {
-    const auto [b, e] = static_range(static_cast<int64_t>(n), w, nw);
-    for (int64_t i = b; i < e; ++i)
+    const auto [b, e] = static_range(c1 - c0, w, nw);
+    for (int64_t i = c0 + b; i < c0 + e; ++i)
       if (!std::isfinite(s.grad[static_cast<size_t>(i)])) {
         first_bad[static_cast<size_t>(w)] = i;
         break;
       }
   });
+  if (ranks) {  // each rank's first, in rank order
+    int64_t mine = -1;
+    for (const int64_t i : first_bad)
+      if (i >= 0 && mine < 0) mine = i;
+    first_bad.assign(static_cast<size_t>(ranks->size()), -1);
+    first_bad[static_cast<size_t>(ranks->rank())] = mine;
+    std::vector<int64_t> begin;
+    for (int q = 0; q <= ranks->size(); ++q) begin.push_back(q * static_cast<int64_t>(sizeof(int64_t)));
+    ranks->allgather(first_bad.data(), begin);
+  }
   for (const int64_t i : first_bad)
     if (i >= 0)
       throw Error(ErrorKind::state, "the gradient of step " + std::to_string(s.completed + 1) +
@@ -313,10 +330,20 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   const int64_t t = s.completed + 1;
   // The reference device runs ref's loops; the fast one their SIMD twins (the same bits).
   const simd::Kernels* k = s.fast ? &s.fast->kernels() : nullptr;
-  const float scale = s.options.adamw.clip_norm > 0.0f
-                          ? ref::clip_scale(train::gradient_sum_of_squares(k, *s.pool, workers, g, static_cast<int64_t>(n)),
-                                            s.options.adamw.clip_norm)
-                          : 1.0f;
+  float scale = 1.0f;
+  if (s.options.adamw.clip_norm > 0.0f && !ranks) {
+    scale = ref::clip_scale(train::gradient_sum_of_squares(k, *s.pool, workers, g, static_cast<int64_t>(n)),
+                            s.options.adamw.clip_norm);
+  } else if (s.options.adamw.clip_norm > 0.0f) {  // this rank's blocks, then every rank's, added in order
+    std::vector<double> sums(static_cast<size_t>(norm_blocks));
+    train::gradient_block_sums(*k, *s.pool, workers, g, static_cast<int64_t>(n), nb0, nb1, sums.data());
+    std::vector<int64_t> begin;
+    for (int q = 0; q < ranks->size(); ++q)
+      begin.push_back(train::rank_rows(norm_blocks, q, ranks->size()).first * static_cast<int64_t>(sizeof(double)));
+    begin.push_back(norm_blocks * static_cast<int64_t>(sizeof(double)));
+    ranks->allgather(sums.data(), begin);
+    scale = ref::clip_scale(train::sum_in_order(sums), s.options.adamw.clip_norm);
+  }
   s.lap(train::PhaseTimes::checks);
   const AdamWOptions& o = s.options.adamw;
   const ref::AdamWScalars scalars = ref::adamw_scalars(rate, o.beta1, o.beta2, o.eps, o.weight_decay, t);
@@ -331,7 +358,6 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
                                         s.next_params.data(), s.next_m.data(), s.next_v.data(),
                                         has_ema ? s.next_ema.data() : nullptr};
   // Data-parallel: this rank's slice only; the new parameters are shared below.
-  train::Distributed* const ranks = s.several();
   const auto [u0, u1] = ranks ? s.slice(ranks->rank()) : std::pair<int64_t, int64_t>{0, static_cast<int64_t>(n)};
   s.pool->run(workers, [&](int w, int nw) {
     const auto [b, e] = static_range(u1 - u0, w, nw);

@@ -134,12 +134,13 @@ class MpiRanks final : public Distributed {
     seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
-  void allgather(float* data, const std::vector<int64_t>& begin) override {
+  void allgather(void* data, const std::vector<int64_t>& begin) override {
     const Clock::time_point t0 = Clock::now();
+    char* const bytes = static_cast<char*>(data);
     if (begin.back() > INT_MAX) {  // past MPI's int counts: one broadcast (in pieces) per slice
       for (int q = 0; q < size_; ++q) {
         const int64_t b = begin[static_cast<size_t>(q)], e = begin[static_cast<size_t>(q) + 1];
-        if (e > b) broadcast(data + b, (e - b) * static_cast<int64_t>(sizeof(float)), q);
+        if (e > b) broadcast(bytes + b, e - b, q);
       }
       return;
     }
@@ -148,10 +149,10 @@ class MpiRanks final : public Distributed {
       counts[static_cast<size_t>(q)] = static_cast<int>(begin[static_cast<size_t>(q) + 1] - begin[static_cast<size_t>(q)]);
       displs[static_cast<size_t>(q)] = static_cast<int>(begin[static_cast<size_t>(q)]);
     }
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), MPI_FLOAT,
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes, counts.data(), displs.data(), MPI_BYTE,
                          MPI_COMM_WORLD),
           "MPI_Allgatherv");
-    bytes_sent += static_cast<int64_t>(counts[static_cast<size_t>(rank_)]) * static_cast<int64_t>(sizeof(float));
+    bytes_sent += counts[static_cast<size_t>(rank_)];
     seconds_waiting += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
