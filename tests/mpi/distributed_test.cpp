@@ -289,6 +289,19 @@ TEST(MpiTrain, PanelAlignedWidthsGiveTheSameCheckpointsAtTwoAndThreeRanks) {
   }
 }
 
+// More ranks than rows: rank 2 of 3 has none and passes the chains, the final gradient's ring and
+// the optimizer's slices on as they come.
+TEST(MpiTrain, ARankWithoutRowsPassesEverythingOnWithTheSameBits) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  const std::string run = test::write_tiny_run(dir, {{":batch", "2"}, {":steps", "3"}, {":checkpoint-every", "1"}});
+  expect_ok(test::run_command(train(run, dir / "plain")), "the run without mpirun");
+  const auto want = hashes(dir / "plain");
+  ASSERT_EQ(want.count("step-00000003/model.json"), 1u);
+  expect_ok(test::run_command(launch(3, train(run, dir / "np3"))), "3 ranks over 2 rows");
+  EXPECT_EQ(hashes(dir / "np3"), want);
+}
+
 TEST(MpiTrain, StartedWithTwoRanksAndResumedWithThreeEqualsTheUninterruptedRun) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
