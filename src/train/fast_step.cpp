@@ -500,6 +500,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
 
     hand_over({}, {kHeadBlock});
     weight_grad(ws.xnf.get(), d, grad + reg.head());
+    hand_over({kHeadBlock}, {});  // sent as soon as its chains end, before this rank's row work
     begin_emit(d);
     for_row_chunks([&](int64_t r0, int64_t r1) {
       input_grad(r0, r1, ws.logits.get(), V, ws.head_t, ws.dxn.get());
@@ -508,7 +509,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
     });
     barrier.wait();
     dy_emitted();
-    hand_over({kHeadBlock}, {kFinalNormBlock});
+    hand_over({}, {kFinalNormBlock});
     norm_weight(x, ws.invf.get(), grad + reg.final_norm());
 
     for (int32_t l = c.n_layers - 1; l >= 0; --l) {
@@ -522,6 +523,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       hand_over({l + 1 < c.n_layers ? layer_block(c, l + 1, kAttnNorm) : kFinalNormBlock}, {block(kDown)});
       // x_out = x_mid + h @ w_down
       weight_grad(a.h.get(), ff, grad + lw.w_down);
+      hand_over({block(kDown)}, {});
       begin_emit(2 * ff);
       for_row_chunks([&](int64_t r0, int64_t r1) {
         input_grad(r0, r1, ws.dx.get(), d, pl.down_t, ws.dh.get());
@@ -533,12 +535,13 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       dy_emitted();
       if (by_parts) {
-        hand_over({block(kDown)}, {block(kGate)});
+        hand_over({}, {block(kGate)});
         weight_grad_columns(a.xn2.get(), d, 0, ff, grad + lw.w_gate);
         hand_over({block(kGate)}, {block(kUp)});
         weight_grad_columns(a.xn2.get(), d, ff, ff, grad + lw.w_up);
+        hand_over({block(kUp)}, {});
       } else {
-        hand_over({block(kDown)}, {block(kGate), block(kUp)});
+        hand_over({}, {block(kGate), block(kUp)});
         gather(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
         weight_grad(a.xn2.get(), d, ws.wtemp.get());
       }
@@ -551,7 +554,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       dy_emitted();
       if (by_parts) {
-        hand_over({block(kUp)}, {block(kMlpNorm)});
+        hand_over({}, {block(kMlpNorm)});
       } else {
         scatter(d, {{grad + lw.w_gate, ff}, {grad + lw.w_up, ff}});
         hand_over({block(kGate), block(kUp)}, {block(kMlpNorm)});
@@ -560,11 +563,11 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       hand_over({block(kMlpNorm)}, {block(kWo)});
       // x_mid = x_in + att @ wo
       weight_grad(a.att.get(), qd, grad + lw.wo);
+      hand_over({block(kWo)}, {});
       for_row_chunks([&](int64_t r0, int64_t r1) {
         input_grad(r0, r1, ws.dx.get(), d, pl.wo_t, ws.dh.get());  // datt in dh
       });
       barrier.wait();
-      hand_over({block(kWo)}, {});
       for_items(rows * c.n_kv_heads, [&](int64_t task) {
         const int64_t b = task / c.n_kv_heads, g = task % c.n_kv_heads;
         const int64_t row0 = b * L, qo = g * group * hd, ko = g * hd;
@@ -595,6 +598,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
         weight_grad_columns(a.xn1.get(), d, qd, kv, grad + lw.wk);
         hand_over({block(kWk)}, {block(kWv)});
         weight_grad_columns(a.xn1.get(), d, qd + kv, kv, grad + lw.wv);
+        hand_over({block(kWv)}, {});
       } else {
         hand_over({}, {block(kWq), block(kWk), block(kWv)});
         gather(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
@@ -609,7 +613,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       barrier.wait();
       if (l > 0) dy_emitted();
       if (by_parts) {
-        hand_over({block(kWv)}, {block(kAttnNorm)});
+        hand_over({}, {block(kAttnNorm)});
       } else {
         scatter(d, {{grad + lw.wq, qd}, {grad + lw.wk, kv}, {grad + lw.wv, kv}});
         hand_over({block(kWq), block(kWk), block(kWv)}, {block(kAttnNorm)});
