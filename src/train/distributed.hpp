@@ -2,8 +2,9 @@
 // trainer's view of MPI, so that the library holds no MPI symbol unless built with it
 // (LOCKSTEP_MPI). One process, or a build without MPI, is the single rank of SingleRank.
 //
-// Only point-to-point messages and broadcasts: every float that two ranks add together is added
-// by the trainer in row order, never by a reduction whose order is the transport's.
+// Only point-to-point messages, broadcasts and allgathers (copies of bytes): every float that
+// two ranks add together is added by the trainer in row order, never by a reduction whose order
+// is the transport's.
 #pragma once
 
 #include <cstdint>
