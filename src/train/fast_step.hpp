@@ -59,8 +59,9 @@ class FastStep {
   // thread (worker 0); for the benchmark, never changing a bit.
   void time_phases(PhaseTimes* times) { times_ = times; }
 
-  // [offset, offset + count) of the gradient, in the order the backward finishes them:
-  // final_norm and head, then each layer's tensors from the last layer down, then embed.
+  // [offset, offset + count) of the gradient, one per tensor, in the order the backward
+  // finishes their chains: head, final_norm, then from the last layer down each layer's w_down,
+  // w_gate, w_up, mlp_norm, wo, wq, wk, wv, attn_norm, then embed.
   static std::vector<std::pair<int64_t, int64_t>> backward_blocks(const ModelConfig& config);
 
  private:

@@ -302,6 +302,31 @@ TEST(MpiTrain, ARankWithoutRowsPassesEverythingOnWithTheSameBits) {
   EXPECT_EQ(hashes(dir / "np3"), want);
 }
 
+// LOCKSTEP_PHASE_TIMES=1 (bench/mpi_scaling.sh): every rank prints one line of phase times on
+// stderr and the bits stay the same; without it no such line.
+TEST(MpiTrain, PhaseTimesPrintALinePerRankAndKeepTheBits) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  const std::string run = test::write_tiny_run(dir, {{":batch", "3"}, {":steps", "2"}, {":checkpoint-every", "1"}});
+  const auto plain = test::run_command(train(run, dir / "plain"));
+  expect_ok(plain, "the run without mpirun");
+  EXPECT_EQ(plain.err.find("phase seconds"), std::string::npos) << plain.err;
+  std::vector<std::string> argv = {"/usr/bin/env", "LOCKSTEP_PHASE_TIMES=1"};
+  std::vector<std::string> job = launch(2, train(run, dir / "np2"));
+  job.insert(job.begin() + 5, {"-x", "LOCKSTEP_PHASE_TIMES"});  // after timeout -k 5 60 mpirun
+  argv.insert(argv.end(), job.begin(), job.end());
+  const auto r = test::run_command(argv);
+  expect_ok(r, "2 ranks with phase times");
+  for (const char* rank : {"rank 0 of 2 phase seconds", "rank 1 of 2 phase seconds"}) {
+    const size_t at = r.err.find(rank);
+    ASSERT_NE(at, std::string::npos) << r.err;
+    for (const char* phase : {" forward ", " weight_chains ", " receive ", " optimizer ", " total "})
+      EXPECT_NE(r.err.find(phase, at), std::string::npos) << phase << " in " << r.err;
+  }
+  EXPECT_EQ(r.out.find("phase seconds"), std::string::npos) << "kept off stdout";
+  EXPECT_EQ(hashes(dir / "np2"), hashes(dir / "plain"));
+}
+
 TEST(MpiTrain, StartedWithTwoRanksAndResumedWithThreeEqualsTheUninterruptedRun) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
