@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -389,6 +390,13 @@ std::shared_ptr<const Model> m1024_model(int packing) {
   return model;
 }
 
+// CPU seconds of every thread of this process so far.
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 // Decode of m1024 by storage: a 4-token prompt, then 8 tokens one at a time, only those timed
 // (one iteration: a few seconds a point). Args {packing, threads}. Counters: tokens/s, the MB of
 // weights each token reads (the decode bound is BM_DramRead's bytes/s over it) and the MB of
@@ -399,14 +407,17 @@ void BM_DecodeM1024(benchmark::State& state) {
   const auto model = m1024_model(packing);
   const std::vector<int32_t> prompt(4, 'a');
   constexpr int kTokens = 8;
+  double cpu_seconds = 0;
   for (auto _ : state) {
     Session session(model, {Device::cpu, threads});
     std::vector<float> logits = session.append(prompt);
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     for (int i = 0; i < kTokens; ++i) {
       const int32_t next[] = {greedy_choice(logits)};
       logits = session.append(next);
     }
+    cpu_seconds += process_cpu_seconds() - cpu_start;
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     benchmark::DoNotOptimize(logits.data());
   }
@@ -415,6 +426,9 @@ void BM_DecodeM1024(benchmark::State& state) {
   for (const auto& L : pw.layers) bytes += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
   state.SetLabel(std::string("m1024 ") + packing_name(packing));
   state.counters["tokens"] = benchmark::Counter(kTokens, benchmark::Counter::kIsIterationInvariantRate);
+  // The timed tokens' CPU time (every thread of the process, so only one thread's is a speed):
+  // the CPU column also holds the untimed prompt.
+  state.counters["cpu_ms_per_token"] = cpu_seconds * 1e3 / (kTokens * static_cast<double>(state.iterations()));
   state.counters["weights_MB"] = static_cast<double>(bytes) / 1e6;
   state.counters["resident_MB"] = static_cast<double>(model->impl().resident_weight_bytes()) / 1e6;
 }
