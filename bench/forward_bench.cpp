@@ -434,6 +434,34 @@ void BM_DecodeM1024(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeM1024)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// Prefill of m1024 by storage: one full 256-token window (one iteration a point). Args {packing,
+// threads}. Counters: tokens/s by wall time and the CPU ms per token of every thread.
+void BM_PrefillM1024(benchmark::State& state) {
+  const int packing = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = m1024_model(packing);
+  const ModelConfig c = m1024_config();
+  std::vector<int32_t> ids(static_cast<size_t>(c.length));
+  for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
+  RowRequest r;
+  r.ids = ids;
+  r.out_begin = c.length - 1;
+  r.out_end = c.length;
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  r.logits = logits.data();
+  double cpu_seconds = 0;
+  for (auto _ : state) {
+    const double cpu_start = process_cpu_seconds();
+    model->forward({&r, 1}, {Device::cpu, threads});
+    cpu_seconds += process_cpu_seconds() - cpu_start;
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetLabel(std::string("m1024 ") + packing_name(packing));
+  state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["cpu_ms_per_token"] = cpu_seconds * 1e3 / (c.length * static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_PrefillM1024)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
 void BM_TrainStep(benchmark::State& state) {
   const int which = static_cast<int>(state.range(0));
