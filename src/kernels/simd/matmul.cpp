@@ -410,6 +410,11 @@ HWY_INLINE int64_t WidePanelsQ4(const float* a, const PackedMatrix& b, int64_t p
   return p;
 }
 
+// q4-stored weights: one row (decoding) in the wide tiles above, straight from the packed bytes;
+// otherwise (and a last partial panel) each panel's [kDepth][NR] block is widened once into an
+// f32 block in L1, two rows k per loaded byte vector (Nibbles), each value times its group's scale
+// (one rounded multiply: the expanded weight), and the f32 tiles run over it. The chains are the
+// f32 ones.
 void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
               float* c, int64_t ldc) {
   if (M == 1 && b.K > 0) {  // decoding: straight from the packed bytes, the full panels in wide tiles
