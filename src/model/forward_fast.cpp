@@ -18,6 +18,7 @@
 #include "core/thread_pool.hpp"
 #include "kernels/simd/packed_weights.hpp"
 #include "model/kv_pool_impl.hpp"
+#include "model/matmul_items.hpp"
 #include "model/model_impl.hpp"
 
 namespace lockstep {
@@ -124,42 +125,12 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
   return begin;
 }
 
-// One matmul phase's items: c [M, N] = a @ b cut into panel groups (and, when there are more
-// items than panels, groups of whole row blocks), at least kMatmulWork multiply-adds each (a
-// few microseconds: less would cost more in hand-overs than it shares) and at most
-// kItemsPerThread per thread, so that a worker slowed by its neighbours takes fewer while the
-// split stays along outputs. A one-row matmul (a decode step) is cut in whole units of
-// Kernels::decode_panels panels, so that every item runs in the kernel's wide tiles (an item of
-// 6 panels where the tile takes 8 used to fall to one panel at a time, its chains then bound by
-// the FMA latency).
-constexpr int64_t kMatmulWork = 64 << 10;
-constexpr int64_t kItemsPerThread = 8;
-struct MatmulItems {
-  int64_t panel_groups = 1, row_groups = 1, row_blocks = 1, row_block = 1;
-  int64_t panel_unit = 1, units = 1;  // panel groups are made of whole units of panel_unit panels
-  int64_t count() const { return panel_groups * row_groups; }
-};
-
-MatmulItems matmul_items(int64_t M, const simd::PackedMatrix& b, const Kernels& k, int n) {
-  MatmulItems s;
-  s.row_block = std::max<int32_t>(1, k.row_block);
-  s.row_blocks = std::max<int64_t>(1, (M + s.row_block - 1) / s.row_block);
-  s.panel_unit = M == 1 ? std::max<int32_t>(1, k.decode_panels) : 1;
-  s.units = std::max<int64_t>(1, (b.panels + s.panel_unit - 1) / s.panel_unit);
-  const int64_t work = M * b.K * b.N;
-  const int64_t items = n == 1 ? 1 : std::clamp<int64_t>(work / kMatmulWork, 1, kItemsPerThread * n);
-  s.panel_groups = std::clamp<int64_t>(items, 1, s.units);
-  s.row_groups = std::clamp<int64_t>((items + s.panel_groups - 1) / s.panel_groups, 1, s.row_blocks);
-  return s;
-}
-
 // Item i of s: its panels over its rows, each output one whole chain (the kernel's).
 void matmul_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b, float* c,
                  int64_t ldc, const MatmulItems& s, int64_t i) {
-  const auto [u0, u1] = static_range(s.units, static_cast<int>(i % s.panel_groups), static_cast<int>(s.panel_groups));
-  const int64_t p0 = u0 * s.panel_unit, p1 = std::min(b.panels, u1 * s.panel_unit);
-  const auto [b0, b1] = static_range(s.row_blocks, static_cast<int>(i / s.panel_groups), static_cast<int>(s.row_groups));
-  const int64_t r0 = b0 * s.row_block, r1 = std::min(M, b1 * s.row_block);
+  const auto [panels, rows] = matmul_item_range(M, b, s, i);
+  const auto [p0, p1] = panels;
+  const auto [r0, r1] = rows;
   if (r0 < r1 && p0 < p1) k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
 }
 
