@@ -29,7 +29,7 @@ done
 import json, os, statistics, sys
 
 folder, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-RATES = ("tokens", "flops", "params")
+RATES = ("tokens", "flops", "params", "weights")
 
 
 def rates(path):

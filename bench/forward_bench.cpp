@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -389,6 +390,13 @@ std::shared_ptr<const Model> m1024_model(int packing) {
   return model;
 }
 
+// CPU seconds of every thread of this process so far.
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 // Decode of m1024 by storage: a 4-token prompt, then 8 tokens one at a time, only those timed
 // (one iteration: a few seconds a point). Args {packing, threads}. Counters: tokens/s, the MB of
 // weights each token reads (the decode bound is BM_DramRead's bytes/s over it) and the MB of
@@ -399,14 +407,17 @@ void BM_DecodeM1024(benchmark::State& state) {
   const auto model = m1024_model(packing);
   const std::vector<int32_t> prompt(4, 'a');
   constexpr int kTokens = 8;
+  double cpu_seconds = 0;
   for (auto _ : state) {
     Session session(model, {Device::cpu, threads});
     std::vector<float> logits = session.append(prompt);
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     for (int i = 0; i < kTokens; ++i) {
       const int32_t next[] = {greedy_choice(logits)};
       logits = session.append(next);
     }
+    cpu_seconds += process_cpu_seconds() - cpu_start;
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     benchmark::DoNotOptimize(logits.data());
   }
@@ -415,10 +426,41 @@ void BM_DecodeM1024(benchmark::State& state) {
   for (const auto& L : pw.layers) bytes += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
   state.SetLabel(std::string("m1024 ") + packing_name(packing));
   state.counters["tokens"] = benchmark::Counter(kTokens, benchmark::Counter::kIsIterationInvariantRate);
+  // The timed tokens' CPU time (every thread of the process, so only one thread's is a speed):
+  // the CPU column also holds the untimed prompt.
+  state.counters["cpu_ms_per_token"] = cpu_seconds * 1e3 / (kTokens * static_cast<double>(state.iterations()));
   state.counters["weights_MB"] = static_cast<double>(bytes) / 1e6;
   state.counters["resident_MB"] = static_cast<double>(model->impl().resident_weight_bytes()) / 1e6;
 }
 BENCHMARK(BM_DecodeM1024)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Prefill of m1024 by storage: one full 256-token window (one iteration a point). Args {packing,
+// threads}. Counters: tokens/s by wall time and the CPU ms per token of every thread.
+void BM_PrefillM1024(benchmark::State& state) {
+  const int packing = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = m1024_model(packing);
+  const ModelConfig c = m1024_config();
+  std::vector<int32_t> ids(static_cast<size_t>(c.length));
+  for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
+  RowRequest r;
+  r.ids = ids;
+  r.out_begin = c.length - 1;
+  r.out_end = c.length;
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  r.logits = logits.data();
+  double cpu_seconds = 0;
+  for (auto _ : state) {
+    const double cpu_start = process_cpu_seconds();
+    model->forward({&r, 1}, {Device::cpu, threads});
+    cpu_seconds += process_cpu_seconds() - cpu_start;
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetLabel(std::string("m1024 ") + packing_name(packing));
+  state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["cpu_ms_per_token"] = cpu_seconds * 1e3 / (c.length * static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_PrefillM1024)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One training step (batch 8 x window 256, AdamW) of a shape: args {shape, threads}.
 void BM_TrainStep(benchmark::State& state) {

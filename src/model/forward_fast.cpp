@@ -18,6 +18,7 @@
 #include "core/thread_pool.hpp"
 #include "kernels/simd/packed_weights.hpp"
 #include "model/kv_pool_impl.hpp"
+#include "model/matmul_items.hpp"
 #include "model/model_impl.hpp"
 
 namespace lockstep {
@@ -124,35 +125,12 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
   return begin;
 }
 
-// One matmul phase's items: c [M, N] = a @ b cut into panel groups (and, when there are more
-// items than panels, groups of whole row blocks), at least kMatmulWork multiply-adds each (a
-// few microseconds: less would cost more in hand-overs than it shares) and at most
-// kItemsPerThread per thread, so that a worker slowed by its neighbours takes fewer while the
-// split stays along outputs.
-constexpr int64_t kMatmulWork = 64 << 10;
-constexpr int64_t kItemsPerThread = 8;
-struct MatmulItems {
-  int64_t panel_groups = 1, row_groups = 1, row_blocks = 1, row_block = 1;
-  int64_t count() const { return panel_groups * row_groups; }
-};
-
-MatmulItems matmul_items(int64_t M, const simd::PackedMatrix& b, int32_t row_block, int n) {
-  MatmulItems s;
-  s.row_block = std::max<int32_t>(1, row_block);
-  s.row_blocks = std::max<int64_t>(1, (M + s.row_block - 1) / s.row_block);
-  const int64_t work = M * b.K * b.N;
-  const int64_t items = n == 1 ? 1 : std::clamp<int64_t>(work / kMatmulWork, 1, kItemsPerThread * n);
-  s.panel_groups = std::clamp<int64_t>(items, 1, std::max<int64_t>(1, b.panels));
-  s.row_groups = std::clamp<int64_t>((items + s.panel_groups - 1) / s.panel_groups, 1, s.row_blocks);
-  return s;
-}
-
 // Item i of s: its panels over its rows, each output one whole chain (the kernel's).
 void matmul_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b, float* c,
                  int64_t ldc, const MatmulItems& s, int64_t i) {
-  const auto [p0, p1] = static_range(b.panels, static_cast<int>(i % s.panel_groups), static_cast<int>(s.panel_groups));
-  const auto [b0, b1] = static_range(s.row_blocks, static_cast<int>(i / s.panel_groups), static_cast<int>(s.row_groups));
-  const int64_t r0 = b0 * s.row_block, r1 = std::min(M, b1 * s.row_block);
+  const auto [panels, rows] = matmul_item_range(M, b, s, i);
+  const auto [p0, p1] = panels;
+  const auto [r0, r1] = rows;
   if (r0 < r1 && p0 < p1) k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
 }
 
@@ -349,16 +327,15 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   const int64_t n_phases = layer_phases + 3;
   const int64_t tc = tokens_per_item(R, d, n_threads), tc_out = tokens_per_item(R_out, d, n_threads);
   const int64_t token_items = (R + tc - 1) / tc, out_items = (R_out + tc_out - 1) / tc_out;
-  const int32_t rb = k.row_block;
-  MatmulItems qkv_items, wo_items, gate_up_items, down_items;  // every layer's are alike
+    MatmulItems qkv_items, wo_items, gate_up_items, down_items;  // every layer's are alike
   if (!pw.layers.empty()) {
     const simd::PackedWeights::Layer& pl0 = pw.layers[0];
-    qkv_items = matmul_items(R, pl0.qkv, rb, n_threads);
-    wo_items = matmul_items(R, pl0.wo, rb, n_threads);
-    gate_up_items = matmul_items(R, pl0.gate_up, rb, n_threads);
-    down_items = matmul_items(R, pl0.w_down, rb, n_threads);
+    qkv_items = matmul_items(R, pl0.qkv, k, n_threads);
+    wo_items = matmul_items(R, pl0.wo, k, n_threads);
+    gate_up_items = matmul_items(R, pl0.gate_up, k, n_threads);
+    down_items = matmul_items(R, pl0.w_down, k, n_threads);
   }
-  const MatmulItems head_items = matmul_items(R_out, pw.head, rb, n_threads);
+  const MatmulItems head_items = matmul_items(R_out, pw.head, k, n_threads);
   auto phase_items = [&](int64_t phase) -> int64_t {
     if (phase >= layer_phases) {
       if (phase == layer_phases) return out_items;

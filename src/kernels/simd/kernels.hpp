@@ -92,6 +92,10 @@ struct Kernels {
   int32_t panel_width = 0;  // columns per packed panel this target's matmul expects
   int32_t row_block = 0;    // rows the matmul kernel computes at once
   int32_t at_block = 0;     // rows of a matmul_at packs at once (see matmul_at_scratch_floats)
+  // Panels a one-row matmul (decoding) should be given in multiples of: it sweeps the full
+  // panels of its range in wide tiles (several panels at once, enough independent chains to
+  // cover the FMA latency), and a range of a multiple of this many runs in such tiles only.
+  int32_t decode_panels = 1;
 
   // ref::matmul. c [M, N] (row stride ldc) = a [M, K] (row stride lda) @ b, for the columns of
   // panels [p_begin, p_end). Each output is one fma chain in increasing k from +0.

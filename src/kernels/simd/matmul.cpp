@@ -7,6 +7,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -170,13 +171,14 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY
       for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][q][v], d, c + i * ldc + q * NR + v * N);
 }
 
-// M rows (M * P <= 4) over panels [p, p_end): groups of P full panels, then one panel at a time.
-// scale: the q8 scales of every panel (PackedMatrix::scales), null otherwise.
+// M rows over the full panels of [p, full_end) in groups of P, then of P / 2, ... down to single
+// panels (a share of a decode's panels need not be a multiple of P; every wide tile keeps its
+// chains whole). Returns the first panel not done. scale: the q8 scales of every panel
+// (PackedMatrix::scales), null otherwise.
 template <int MR, int P, typename TB>
-HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, const TB* data, const float* scale,
-                        int64_t p, int64_t p_end, float* c, int64_t ldc) {
+HWY_INLINE int64_t WidePanels(const float* a, int64_t lda, const PackedMatrix& b, const TB* data, const float* scale,
+                              int64_t p, int64_t full_end, float* c, int64_t ldc) {
   const int64_t K = b.K, NR = b.panel;
-  const int64_t full_end = std::min(p_end, b.N / NR);  // panels with every column real
   for (; p + P <= full_end; p += P) {
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, K - k0);
@@ -184,6 +186,16 @@ HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, cons
                       scale ? scale + p * NR : nullptr);
     }
   }
+  if constexpr (P > 1) p = WidePanels<MR, P / 2>(a, lda, b, data, scale, p, full_end, c, ldc);
+  return p;
+}
+
+// M rows over panels [p, p_end): the full ones in wide tiles, then a last partial panel.
+template <int MR, int P, typename TB>
+HWY_INLINE void FewRows(const float* a, int64_t lda, const PackedMatrix& b, const TB* data, const float* scale,
+                        int64_t p, int64_t p_end, float* c, int64_t ldc) {
+  const int64_t K = b.K, NR = b.panel;
+  p = WidePanels<MR, P>(a, lda, b, data, scale, p, std::min(p_end, b.N / NR), c, ldc);
   for (; p < p_end; ++p) {
     const int64_t cols = std::min<int64_t>(NR, b.N - p * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
@@ -304,37 +316,82 @@ void MatmulWidened(const float* a, int64_t lda, int64_t M, const PackedMatrix& b
   }
 }
 
-// q4-stored weights, any number of rows: each panel's [kDepth][NR] block is widened once into an
-// f32 block in L1, two rows k per loaded byte vector (low nibble row k, high nibble row k + 1,
-// sign-extended by shifts), each value times its group's scale (one rounded multiply: the
-// expanded weight), and the f32 tiles run over it. The chains are the f32 ones.
+// A q4 byte vector's two rows as f32 vectors: 16 / 8 / 4 bytes (one per column) at p, the low
+// nibbles (row k) into lo and the high nibbles (row k + 1) into hi, each the exact small integer
+// its 4-bit two's complement value is, so that lo * scale is float(q) * scale, the expanded weight.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512: the bytes zero-extended to 32-bit lanes are the indices of a 16-float table of the
+// values 0..7, -8..-1; vpermps reads only the low 4 bits of each index, so one permute turns the
+// low nibble into its float (no sign extension, no convert) and a shift by 4 then the high one.
+HWY_INLINE void Nibbles(DF d, const uint8_t* HWY_RESTRICT p, hn::Vec<DF>& lo, hn::Vec<DF>& hi) {
+  static_assert(HWY_MAX_BYTES == 64, "16 lanes of f32");
+  (void)d;
+  const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  lo = hn::Vec<DF>{_mm512_permutexvar_ps(x, values)};
+  hi = hn::Vec<DF>{_mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), values)};
+}
+#else
+// Sign-extended bytes: shifting left then arithmetically right by 28 gives the low nibble's
+// value, an arithmetic shift right by 4 the high one's; both convert exactly.
+HWY_INLINE void Nibbles(DF d, const uint8_t* HWY_RESTRICT p, hn::Vec<DF>& lo, hn::Vec<DF>& hi) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const auto x = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  lo = hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x)));
+  hi = hn::ConvertTo(d, hn::ShiftRight<4>(x));
+}
+#endif
+
 // One row (decoding) over P full q4 panels at once, rows [k0, k0 + kc) (k0 even): each loaded byte
-// vector gives rows k and k + 1 in registers (sign-extended nibbles times their group's scale),
-// and the row's chains take them in increasing k, exactly as over the widened block.
+// vector gives rows k and k + 1 in registers (their values times their group's scale), and the
+// row's chains take them in increasing k, exactly as over the widened block. The panels are
+// read as P streams from DRAM: each is prefetched kQ4Ahead bytes ahead of its reads, so that the
+// loads of the next rows overlap the expansion of these (one prefetch per panel per 64 bytes).
+constexpr int64_t kQ4Ahead = 1024;
 template <int P>
 HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, int64_t p, int64_t k0, int64_t kc,
                            float* HWY_RESTRICT c, bool first) {
   const DF d;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
   hn::Vec<DF> acc[P][kVectors];
   for (int q = 0; q < P; ++q)
     for (int v = 0; v < kVectors; ++v) acc[q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + q * NR + v * N);
-  for (int64_t k = 0; k < kc; k += 2) {
-    const int64_t kk = k0 + k;
-    const bool pair = k + 1 < kc;
+  const uint8_t* rows[P];
+  const float* scales[P];
+  for (int q = 0; q < P; ++q) {
+    rows[q] = b.panel_data4(p + q) + (k0 / 2) * NR;
+    scales[q] = b.panel_scales4(p + q);
+  }
+  const int64_t pairs = kc / 2;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int64_t kk = k0 + 2 * i;  // kk and kk + 1 share a group
     const auto a0 = hn::Set(d, a[kk]);
-    const auto a1 = hn::Set(d, pair ? a[kk + 1] : 0.0f);
+    const auto a1 = hn::Set(d, a[kk + 1]);
     for (int q = 0; q < P; ++q) {
-      const int8_t* row = reinterpret_cast<const int8_t*>(b.panel_data4(p + q) + (kk / 2) * NR);
-      const float* s = b.panel_scales4(p + q) + (kk / 32) * NR;
+      const uint8_t* row = rows[q] + i * NR;
+      if ((i * NR) % 64 == 0) hwy::Prefetch(row + kQ4Ahead);
+      const float* s = scales[q] + (kk / 32) * NR;
       for (int v = 0; v < kVectors; ++v) {
-        const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v * N));
+        hn::Vec<DF> lo, hi;
+        Nibbles(d, row + v * N, lo, hi);
         const auto sv = hn::Load(d, s + v * N);
-        acc[q][v] = hn::MulAdd(a0, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), acc[q][v]);
-        if (pair) acc[q][v] = hn::MulAdd(a1, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), acc[q][v]);
+        acc[q][v] = hn::MulAdd(a0, hn::Mul(lo, sv), acc[q][v]);
+        acc[q][v] = hn::MulAdd(a1, hn::Mul(hi, sv), acc[q][v]);
+      }
+    }
+  }
+  if (kc % 2 != 0) {  // K odd: the last row, alone in its byte's low nibble
+    const int64_t kk = k0 + kc - 1;
+    const auto a0 = hn::Set(d, a[kk]);
+    for (int q = 0; q < P; ++q) {
+      const uint8_t* row = rows[q] + pairs * NR;
+      const float* s = scales[q] + (kk / 32) * NR;
+      for (int v = 0; v < kVectors; ++v) {
+        hn::Vec<DF> lo, hi;
+        Nibbles(d, row + v * N, lo, hi);
+        acc[q][v] = hn::MulAdd(a0, hn::Mul(lo, hn::Load(d, s + v * N)), acc[q][v]);
       }
     }
   }
@@ -342,19 +399,29 @@ HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, i
     for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[q][v], d, c + q * NR + v * N);
 }
 
+// The full panels of [p, full_end) in groups of P, P / 2, ... 1 (as WidePanels); returns the
+// first panel not done.
+template <int P>
+HWY_INLINE int64_t WidePanelsQ4(const float* a, const PackedMatrix& b, int64_t p, int64_t full_end, float* c) {
+  for (; p + P <= full_end; p += P)
+    for (int64_t k0 = 0; k0 < b.K; k0 += kDepth)
+      WideTileQ4<P>(a, b, p, k0, std::min(kDepth, b.K - k0), c + p * b.panel, k0 == 0);
+  if constexpr (P > 1) p = WidePanelsQ4<P / 2>(a, b, p, full_end, c);
+  return p;
+}
+
+// q4-stored weights: one row (decoding) in the wide tiles above, straight from the packed bytes;
+// otherwise (and a last partial panel) each panel's [kDepth][NR] block is widened once into an
+// f32 block in L1, two rows k per loaded byte vector (Nibbles), each value times its group's scale
+// (one rounded multiply: the expanded weight), and the f32 tiles run over it. The chains are the
+// f32 ones.
 void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
               float* c, int64_t ldc) {
-  if (M == 1 && b.K > 0) {  // decoding: straight from the packed bytes, P full panels at a time
-    constexpr int P = kWidePanels;
-    const int64_t full_end = std::min(p_end, b.N / b.panel);
-    for (; p_begin + P <= full_end; p_begin += P)
-      for (int64_t k0 = 0; k0 < b.K; k0 += kDepth)
-        WideTileQ4<P>(a, b, p_begin, k0, std::min(kDepth, b.K - k0), c + p_begin * b.panel, k0 == 0);
+  if (M == 1 && b.K > 0) {  // decoding: straight from the packed bytes, the full panels in wide tiles
+    p_begin = WidePanelsQ4<kWidePanels>(a, b, p_begin, std::min(p_end, b.N / b.panel), c);
     if (p_begin >= p_end) return;
   }
   const DF d;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t K = b.K, NR = b.panel;
   if (K == 0) {
@@ -373,12 +440,13 @@ void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int
       for (int64_t k = 0; k < kc; k += 2) {
         const int64_t kk = k0 + k;  // even: kk and kk + 1 share a group
         const float* s = ps + (kk / 32) * NR;
-        const int8_t* row = reinterpret_cast<const int8_t*>(bp + (kk / 2) * NR);
+        const uint8_t* row = bp + (kk / 2) * NR;
         for (int64_t v = 0; v < NR; v += N) {
-          const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v));
+          hn::Vec<DF> lo, hi;
+          Nibbles(d, row + v, lo, hi);
           const auto sv = hn::Load(d, s + v);
-          hn::Store(hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), d, block + k * NR + v);
-          if (k + 1 < kc) hn::Store(hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), d, block + (k + 1) * NR + v);
+          hn::Store(hn::Mul(lo, sv), d, block + k * NR + v);
+          if (k + 1 < kc) hn::Store(hn::Mul(hi, sv), d, block + (k + 1) * NR + v);
         }
       }
       const bool first = k0 == 0;
@@ -410,6 +478,7 @@ void FillMatmul(Kernels& k) {
   k.panel_width = static_cast<int32_t>(kVectors * hn::Lanes(DF()));
   k.row_block = kRows;
   k.at_block = kAtDepth;
+  k.decode_panels = std::min(kWidePanels, 4);  // 4 panels: 8 chains of 2 vectors (AVX-512, NEON, SVE); AVX2 3 of 4
   k.matmul = &Matmul;
   k.matmul_at = &MatmulAt;
   k.matmul_at_continue = &MatmulAtContinue;
