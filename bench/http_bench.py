@@ -210,8 +210,8 @@ def main():
                 p.wait(30)
             print(f"\n{name}: in-process generate {inproc:.1f} tokens/s ({a.tokens} tokens, temperature 0.8)")
             print(f"{'clients':>7} {'tokens/s':>10} {'x 1 client':>10} {'x in-proc':>9} {'ttft p50 ms':>11} "
-                  f"{'ttft p99 ms':>11} {'answers':>7} {'same alone':>10} | CPU us/token: {'loop':>5} {'model':>6} "
-                  f"{'client':>6} {'client %':>8}")
+                  f"{'ttft p99 ms':>11} {'answers':>7} {'same alone':>10} | CPU us/token: {'loop':>6} {'model':>7} "
+                  f"{'client':>7} {'client %':>8}")
             for c in CLIENTS:
                 r = served[c]
                 equal, asked = checked[c]
@@ -219,8 +219,8 @@ def main():
                 cpu = r["loop_us"] + r["model_us"] + r["client_us"]
                 print(f"{c:>7} {r['tokens_per_s']:>10.1f} {r['tokens_per_s'] / served[1]['tokens_per_s']:>10.2f} "
                       f"{r['tokens_per_s'] / inproc:>9.2f} {1000 * r['ttft_p50']:>11.2f} "
-                      f"{1000 * r['ttft_p99']:>11.2f} {r['answers']:>7} {f'{equal}/{asked}':>10} |"
-                      f"               {r['loop_us']:>5.1f} {r['model_us']:>6.1f} {r['client_us']:>6.1f} "
+                      f"{1000 * r['ttft_p99']:>11.2f} {r['answers']:>7} {f'{equal}/{asked}':>10} | {'':>13} "
+                      f"{r['loop_us']:>6.1f} {r['model_us']:>7.1f} {r['client_us']:>7.1f} "
                       f"{100 * r['client_us'] / cpu:>7.1f}%", flush=True)
             one = served[1]["tokens_per_s"] / inproc
             ratios.append(f"  {name}: one HTTP client / in-process decoding: {one:.2f}  "
