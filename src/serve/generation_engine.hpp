@@ -12,14 +12,16 @@
 // follow-up sharing that prefix (a chat's next turn) computes only what is new. The bits are
 // those of a computation from position 0 (docs/ARITHMETIC.md), cold, warm or without a cache.
 //
-// A step of several generations runs on several threads (lanes, as many as the model's calls
-// may use): its sessions are cut into chunks of whole sessions, each chunk one single-threaded
-// append_batch followed by the sampling of its tokens, and the chunks go to whichever lane asks
-// next (ThreadPool::run_phases). A batched decoding step of a small model is a few
-// milliseconds split into ~60 phases of microseconds each (forward_fast), which a second thread
-// shares poorly; whole chunks share it with one hand-over per step. A step of one generation
-// is one call on all the model's threads, as before. Neither changes a bit: append_batch gives
-// each session the bits it would get alone, whatever it runs with and on however many threads.
+// A step of several generations of a small model (weights that stay in cache: s256, not l768)
+// runs on several threads (lanes, as many as the model's calls may use): its sessions are cut
+// into chunks of whole sessions, each chunk one single-threaded append_batch followed by the
+// sampling of its tokens, and the chunks go to whichever lane asks next
+// (ThreadPool::run_phases). Such a model's batched step is a few milliseconds split into ~60
+// phases of microseconds each (forward_fast), which a second thread shares poorly; whole chunks
+// share it with one hand-over per step. A step of one generation, or of a larger model (which
+// reads its weights from memory once per call), is one call on all the model's threads. Neither
+// changes a bit: append_batch gives each session the bits it would get alone, whatever it runs
+// with and on however many threads.
 //
 // The runner never touches a socket: it hands tokens and the end to callbacks, which post them
 // to the connection's executor. A job may bound how far it runs ahead of its consumer

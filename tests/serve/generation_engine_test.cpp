@@ -204,6 +204,30 @@ std::vector<int32_t> solo_tokens(const std::shared_ptr<const Model>& model, cons
   return out;
 }
 
+// A model past 16 M weights a token (here one layer of d_model 1024: 17 M) reads its weights from
+// memory once per call, so its steps stay one call on the pool, never lanes; the tokens are
+// still those of each generation alone.
+TEST(GenerationEngine, ALargerModelsStepsStayOneCall) {
+  ModelConfig c;
+  c.d_model = 1024;
+  c.n_layers = 1;
+  c.n_heads = 8;
+  c.n_kv_heads = 8;
+  c.d_ff = 4096;
+  c.length = 16;
+  const auto model = Model::from_parameters(c, init_parameters(c, 3));
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5}, {6}};
+  std::vector<GenerateOptions> opts;
+  for (int i = 0; i < 3; ++i) opts.push_back(options(70 + i, 4));
+  Metrics metrics;
+  CallOptions call;
+  call.threads = 2;
+  GenerationEngine engine(8, 8, call, metrics);
+  const std::vector<Outcome> outcomes = run_all(engine, model, prompts, opts);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(outcomes[i].tokens, solo_tokens(model, prompts[i], opts[i])) << i;
+  EXPECT_EQ(engine.lane_steps(), 0u);
+}
+
 // The prefix cache serves generations' prompts and keeps finished ones, and changes no bit: a
 // repeated request and a chat-like follow-up (prompt + answer + more) reuse rows and give the
 // tokens of a generation without any cache, as do prompts past the window and generations that
