@@ -175,7 +175,7 @@ void GenerationEngine::run_steps(std::span<const SessionStep> steps,
                                  std::span<const std::shared_ptr<GenerationJob>> jobs, std::span<int32_t> tokens,
                                  std::span<std::string> errors) noexcept {
   auto fail = [&](size_t i, const char* what) { errors[i] = *what ? what : "the decoding step failed"; };
-  // Appends steps order[b..e) as one call, then samples their tokens.
+  // Appends `chunk` as one call, then samples its tokens (order[k]: chunk[k]'s index in steps).
   auto run_chunk = [&](std::span<const SessionStep> chunk, std::span<const size_t> order, const CallOptions& call) {
     try {
       append_batch(chunk, call);
@@ -212,7 +212,8 @@ void GenerationEngine::run_steps(std::span<const SessionStep> steps,
   if (steps.size() < 2 || !lane_pool_) return run_chunk(steps, identity, call_);
 
   // Chunks: the steps dealt out heaviest first, each to the chunk with the least work so far,
-  // then laid out chunk by chunk (order[k]: the step at place k), heaviest chunk first.
+  // then laid out chunk by chunk, heaviest chunk first (order[k]: the step at place k), so that
+  // the lanes take the longest ones first.
   const size_t n_chunks = std::min(steps.size(), std::max(static_cast<size_t>(lanes_), steps.size() / kSessionsPerChunk));
   std::vector<double> cost(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) cost[i] = step_cost(steps[i]);
@@ -225,11 +226,14 @@ void GenerationEngine::run_steps(std::span<const SessionStep> steps,
     members[c].push_back(i);
     load[c] += cost[i];
   }
+  std::vector<size_t> chunks(n_chunks);
+  for (size_t c = 0; c < n_chunks; ++c) chunks[c] = c;
+  std::stable_sort(chunks.begin(), chunks.end(), [&](size_t a, size_t b) { return load[a] > load[b]; });
   std::vector<size_t> order, begin;
   std::vector<SessionStep> laid;
-  for (const auto& m : members) {
+  for (size_t c : chunks) {
     begin.push_back(order.size());
-    for (size_t i : m) {
+    for (size_t i : members[c]) {
       order.push_back(i);
       laid.push_back(steps[i]);
     }
