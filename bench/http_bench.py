@@ -3,7 +3,7 @@
 first token.
 
     /usr/bin/python3 bench/http_bench.py [--build build] [--models s256,l768] [--seconds 10]
-                                         [--cpu-cores N] [--tokens 200]
+                                         [--cpu-cores N] [--tokens 200] [--check 8]
 
 For s256 (lockstep init --seed 1 --d-model 256 --n-layers 6 --n-heads 8 --d-ff 768 --length 256)
 and l768 (--d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 --length 256), the shapes of
@@ -13,6 +13,11 @@ all clients, and time to first token (request sent to the first `data:` event) p
 Beside them in-process decoding with the same sampling: `lockstep generate` of --tokens tokens
 minus one of 1 token, divided by the difference (so loading the model does not count).
 Prompt plus tokens stay inside the 256-token window, so no restart is timed.
+And the CPU time per streamed token: the server's event-loop thread (the main thread:
+every read, event and write), its other threads (the model: the generation runner and its
+lanes), and this client process (all its threads), with the client's share of all three.
+Each answer's SHA-256 (its last event) is kept; afterwards up to --check answers of each client
+count are asked again, one at a time and not streamed, and must give the same SHA-256.
 
 The machine is noisy; the ratios, measured in the same run, are the point:
   batching       = s256, 32 clients tokens/s / 1 client's              (goal >= 4)
@@ -24,7 +29,9 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
+import resource
 import signal
 import subprocess
 import tempfile
@@ -85,30 +92,60 @@ def serve(lockstep, model, tmp, cores):
     raise RuntimeError(f"lockstep serve did not start: {open(out_path, errors='replace').read()}")
 
 
+def body(seed, tokens, stream):
+    return json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0.8, "seed": seed, "stream": stream})
+
+
+SHA256 = re.compile(rb'"sha256":"([0-9a-f]{64})"')
+
+
 def client(port, tokens, stop_at, seed, results):
-    """Streamed completions back to back until stop_at; appends (ttft, tokens, end time)."""
+    """Streamed completions back to back until stop_at; appends (ttft, tokens, end time, seed,
+    sha256 of the answer). Reads the stream in chunks without parsing it: the first `data:` is
+    the time to first token, and the last event before [DONE] carries the answer's SHA-256."""
     k = 0
     while time.monotonic() < stop_at:
-        body = json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0.8, "seed": seed * 1000 + k,
-                           "stream": True})
+        request_seed = seed * 1000 + k
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         start = time.perf_counter()
-        conn.request("POST", "/v1/completions", body=body)
+        conn.request("POST", "/v1/completions", body=body(request_seed, tokens, True))
         r = conn.getresponse()
         first = None
+        tail = b""
         while True:
             chunk = r.read1(65536)
             if not chunk:
                 break
             if first is None and b"data: " in chunk:
                 first = time.perf_counter() - start
+            tail = (tail + chunk)[-4096:]
         conn.close()
-        results.append((first, tokens, time.perf_counter()))
+        sha = SHA256.findall(tail)
+        results.append((first, tokens, time.perf_counter(), request_seed, sha[-1].decode() if sha else None))
         k += 1
 
 
-def measure(port, clients, tokens, seconds):
+def thread_cpu(pid):
+    """{thread id: CPU seconds (user + system)} of every thread of process pid."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a thread that ended
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def own_cpu():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def measure(port, pid, clients, tokens, seconds):
     results = []
+    server0, client0 = thread_cpu(pid), own_cpu()
     begin = time.perf_counter()
     stop_at = time.monotonic() + seconds
     threads = [threading.Thread(target=client, args=(port, tokens, stop_at, c, results)) for c in range(clients)]
@@ -117,9 +154,30 @@ def measure(port, clients, tokens, seconds):
     for t in threads:
         t.join()
     end = max(r[2] for r in results)
+    server1, client1 = thread_cpu(pid), own_cpu()
+    n = sum(r[1] for r in results)
+    # The event loop runs on serve's main thread (thread id = process id); every other thread
+    # computes (the generation runner, its lanes, the model's pool).
+    loop = server1.get(pid, 0) - server0.get(pid, 0)
+    model = sum(v - server0.get(t, 0) for t, v in server1.items() if t != pid)
     ttft = [r[0] for r in results if r[0] is not None]
-    return {"tokens_per_s": sum(r[1] for r in results) / (end - begin), "answers": len(results),
-            "ttft_p50": percentile(ttft, 0.5), "ttft_p99": percentile(ttft, 0.99)}
+    return {"tokens_per_s": n / (end - begin), "answers": len(results),
+            "ttft_p50": percentile(ttft, 0.5), "ttft_p99": percentile(ttft, 0.99),
+            "loop_us": 1e6 * loop / n, "model_us": 1e6 * model / n, "client_us": 1e6 * (client1 - client0) / n,
+            "results": results}
+
+
+def check_answers(port, results, tokens, count):
+    """Asks `count` of the answers again, alone and not streamed: (equal, asked)."""
+    sample = random.Random(0).sample(results, min(count, len(results)))
+    equal = 0
+    for r in sample:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        conn.request("POST", "/v1/completions", body=body(r[3], tokens, False))
+        answer = json.loads(conn.getresponse().read())
+        conn.close()
+        equal += answer["choices"][0]["sha256"] == r[4]
+    return equal, len(sample)
 
 
 def main():
@@ -129,11 +187,13 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per client count")
     ap.add_argument("--tokens", type=int, default=200, help="tokens per request (prompt + tokens <= 256)")
     ap.add_argument("--cpu-cores", type=int, default=0, help="serve's and generate's worker threads (0: default)")
+    ap.add_argument("--check", type=int, default=8, help="answers of each client count asked again alone")
     a = ap.parse_args()
     if not 10 <= a.tokens <= 256 - len(PROMPT):
         ap.error("--tokens must be 10..252 so that no restart is timed")
     lockstep = os.path.join(a.build, "src", "lockstep")
     ratios = []
+    mismatches = 0
     with tempfile.TemporaryDirectory(prefix="lockstep-http-bench-") as tmp:
         for name in a.models.split(","):
             model = os.path.join(tmp, name)
@@ -143,18 +203,25 @@ def main():
             inproc = 1.0 / per_token if per_token else float("nan")
             p, port = serve(lockstep, model, tmp, a.cpu_cores)
             try:
-                served = {c: measure(port, c, a.tokens, a.seconds) for c in CLIENTS}
+                served = {c: measure(port, p.pid, c, a.tokens, a.seconds) for c in CLIENTS}
+                checked = {c: check_answers(port, served[c]["results"], a.tokens, a.check) for c in CLIENTS}
             finally:
                 p.send_signal(signal.SIGKILL)
                 p.wait(30)
             print(f"\n{name}: in-process generate {inproc:.1f} tokens/s ({a.tokens} tokens, temperature 0.8)")
             print(f"{'clients':>7} {'tokens/s':>10} {'x 1 client':>10} {'x in-proc':>9} {'ttft p50 ms':>11} "
-                  f"{'ttft p99 ms':>11} {'answers':>7}")
+                  f"{'ttft p99 ms':>11} {'answers':>7} {'same alone':>10} | CPU us/token: {'loop':>6} {'model':>7} "
+                  f"{'client':>7} {'client %':>8}")
             for c in CLIENTS:
                 r = served[c]
+                equal, asked = checked[c]
+                mismatches += asked - equal
+                cpu = r["loop_us"] + r["model_us"] + r["client_us"]
                 print(f"{c:>7} {r['tokens_per_s']:>10.1f} {r['tokens_per_s'] / served[1]['tokens_per_s']:>10.2f} "
                       f"{r['tokens_per_s'] / inproc:>9.2f} {1000 * r['ttft_p50']:>11.2f} "
-                      f"{1000 * r['ttft_p99']:>11.2f} {r['answers']:>7}", flush=True)
+                      f"{1000 * r['ttft_p99']:>11.2f} {r['answers']:>7} {f'{equal}/{asked}':>10} | {'':>13} "
+                      f"{r['loop_us']:>6.1f} {r['model_us']:>7.1f} {r['client_us']:>7.1f} "
+                      f"{100 * r['client_us'] / cpu:>7.1f}%", flush=True)
             one = served[1]["tokens_per_s"] / inproc
             ratios.append(f"  {name}: one HTTP client / in-process decoding: {one:.2f}  "
                           f"(goal >= {0.9 if name == 'l768' else 0.7})")
@@ -163,6 +230,9 @@ def main():
                               f"{served[32]['tokens_per_s'] / served[1]['tokens_per_s']:.2f}  (goal >= 4)")
     print("\nratios (same run)")
     print("\n".join(ratios))
+    if mismatches:
+        print(f"\n{mismatches} answers differed from the same request alone: the bits changed under load")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

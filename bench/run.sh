@@ -12,7 +12,8 @@
 #          process, without and then with a busy neighbour process pinned to CPU 0;
 #          serve: bench/serve_bench.py (socket round trips, batching);
 #          http: bench/http_bench.py (streamed tokens/s of 1, 8, 32 HTTP clients on s256 and l768
-#          against in-process generate, time to first token p50/p99);
+#          against in-process generate, time to first token p50/p99, CPU per token of the server's
+#          event loop, its model threads and the client; answers asked again alone must match);
 #          cluster: bench/cluster_bench.py (requests/s and tokens/s of s256 through HAProxy with 1
 #          and 2 one-core replicas against one 2-core server; HAProxy's cost on one request's p50).
 #          window (not part of all: minutes on a 2-core machine): prefill and end-of-window

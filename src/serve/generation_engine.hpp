@@ -12,6 +12,17 @@
 // follow-up sharing that prefix (a chat's next turn) computes only what is new. The bits are
 // those of a computation from position 0 (docs/ARITHMETIC.md), cold, warm or without a cache.
 //
+// A step of several generations of a small model (weights that stay in cache: s256, not l768)
+// runs on several threads (lanes, as many as the model's calls may use): its sessions are cut
+// into chunks of whole sessions, each chunk one single-threaded append_batch followed by the
+// sampling of its tokens, and the chunks go to whichever lane asks next
+// (ThreadPool::run_phases). Such a model's batched step is a few milliseconds split into ~60
+// phases of microseconds each (forward_fast), which a second thread shares poorly; whole chunks
+// share it with one hand-over per step. A step of one generation, or of a larger model (which
+// reads its weights from memory once per call), is one call on all the model's threads. Neither
+// changes a bit: append_batch gives each session the bits it would get alone, whatever it runs
+// with and on however many threads.
+//
 // The runner never touches a socket: it hands tokens and the end to callbacks, which post them
 // to the connection's executor. A job may bound how far it runs ahead of its consumer
 // (max_ahead): a client that reads slower than the model generates then pauses its own
@@ -34,7 +45,12 @@
 
 #include "lockstep/generator.hpp"
 #include "lockstep/prefix_cache.hpp"
+#include "lockstep/session.hpp"
 #include "serve/metrics.hpp"
+
+namespace lockstep {
+class ThreadPool;
+}
 
 namespace lockstep::serve {
 
@@ -88,10 +104,17 @@ class GenerationEngine {
   // cache supplied instead. Any thread.
   uint64_t rows_computed() const { return rows_computed_.load(std::memory_order_relaxed); }
   uint64_t rows_reused() const { return rows_reused_.load(std::memory_order_relaxed); }
+  // Steps that ran on two or more lanes. Any thread.
+  uint64_t lane_steps() const { return lane_steps_.load(std::memory_order_relaxed); }
 
  private:
   void run_loop() noexcept;
   void step(std::vector<std::shared_ptr<GenerationJob>>& active) noexcept;
+  // One decoding step of `steps` (jobs[i]'s session is steps[i]'s): appends them, then samples
+  // tokens[i] with end_step; errors[i] says why job i failed instead (append_batch or sampling
+  // threw), "" when it did not. On the lanes where there are two or more steps.
+  void run_steps(std::span<const SessionStep> steps, std::span<const std::shared_ptr<GenerationJob>> jobs,
+                 std::span<int32_t> tokens, std::span<std::string> errors) noexcept;
   // Its session from the prefix cache, before its first step.
   void start(GenerationJob& job);
   // Files what it computed in the prefix cache (unless it failed), then calls on_done.
@@ -104,12 +127,17 @@ class GenerationEngine {
   PrefixCache* const cache_;
   std::atomic<uint64_t> rows_computed_{0};
   std::atomic<uint64_t> rows_reused_{0};
+  std::atomic<uint64_t> lane_steps_{0};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<GenerationJob>> waiting_;
   size_t active_count_ = 0;
   bool quitting_ = false;
   bool aborting_ = false;
+  // The runner's: the lanes of a step (made at the first step of two or more generations, from
+  // call.threads or the model's thread count; null with one thread).
+  int lanes_ = 0;
+  std::unique_ptr<ThreadPool> lane_pool_;
   std::thread runner_;  // last
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -67,6 +68,66 @@ TEST(GenerationEngine, BatchedTokensEqualSoloTokens) {
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == jobs; }));
   }
   EXPECT_EQ(batched, solo);
+}
+
+// A step of many generations runs on lanes (chunks of whole sessions, one single-threaded call
+// each, on three threads here whatever the machine has): every generation still gets the tokens
+// and the logits' bits it gets alone, prompts of every length (a step mixes prefills and decoding)
+// and restarts past the window included. With one thread no step runs on lanes.
+TEST(GenerationEngine, StepsOnLanesGiveEveryGenerationItsBitsAlone) {
+  const auto model = tiny_model();
+  constexpr int jobs = 40;
+  std::vector<std::vector<int32_t>> prompts(jobs);
+  std::vector<std::vector<int32_t>> solo(jobs);
+  std::vector<std::vector<float>> solo_logits(jobs);
+  for (int i = 0; i < jobs; ++i) {
+    for (int k = 0; k <= (i * 7) % 29; ++k) prompts[i].push_back((3 * i + 5 * k) % 256);
+    Generator g(model, prompts[i], options(500 + i, 5 + (i * 11) % 40));
+    while (auto t = g.next()) {
+      solo[i].push_back(*t);
+      solo_logits[i].insert(solo_logits[i].end(), g.logits().begin(), g.logits().end());
+    }
+  }
+  for (int threads : {3, 1}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    Metrics metrics;
+    std::mutex mutex;
+    std::condition_variable cv;
+    int done = 0;
+    std::vector<std::vector<int32_t>> batched(jobs);
+    std::vector<std::vector<float>> batched_logits(jobs);
+    CallOptions call;
+    call.threads = threads;
+    GenerationEngine engine(64, 64, call, metrics);
+    for (int i = 0; i < jobs; ++i) {
+      auto job = std::make_shared<GenerationJob>();
+      job->generator = std::make_unique<Generator>(model, prompts[i], options(500 + i, 5 + (i * 11) % 40));
+      job->max_tokens = 5 + (i * 11) % 40;
+      job->on_token = [&, i](int32_t t, std::span<const float> logits) {
+        batched[i].push_back(t);
+        batched_logits[i].insert(batched_logits[i].end(), logits.begin(), logits.end());
+      };
+      job->on_done = [&](Finish f, const std::string& error) {
+        EXPECT_EQ(f, Finish::length) << error;
+        std::lock_guard lock(mutex);
+        ++done;
+        cv.notify_all();
+      };
+      ASSERT_TRUE(engine.submit(job));
+    }
+    {
+      std::unique_lock lock(mutex);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == jobs; }));
+    }
+    EXPECT_EQ(batched, solo);
+    for (int i = 0; i < jobs; ++i) {
+      ASSERT_EQ(batched_logits[i].size(), solo_logits[i].size()) << i;
+      EXPECT_EQ(std::memcmp(batched_logits[i].data(), solo_logits[i].data(), solo_logits[i].size() * sizeof(float)), 0)
+          << "generation " << i;
+    }
+    if (threads > 1) EXPECT_GT(engine.lane_steps(), 0u);
+    else EXPECT_EQ(engine.lane_steps(), 0u);
+  }
 }
 
 TEST(GenerationEngine, CancelledJobsLeaveWithAbort) {
@@ -141,6 +202,30 @@ std::vector<int32_t> solo_tokens(const std::shared_ptr<const Model>& model, cons
   std::vector<int32_t> out;
   while (auto t = g.next()) out.push_back(*t);
   return out;
+}
+
+// A model past 16 M weights a token (here one layer of d_model 1024: 17 M) reads its weights from
+// memory once per call, so its steps stay one call on the pool, never lanes; the tokens are
+// still those of each generation alone.
+TEST(GenerationEngine, ALargerModelsStepsStayOneCall) {
+  ModelConfig c;
+  c.d_model = 1024;
+  c.n_layers = 1;
+  c.n_heads = 8;
+  c.n_kv_heads = 8;
+  c.d_ff = 4096;
+  c.length = 16;
+  const auto model = Model::from_parameters(c, init_parameters(c, 3));
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5}, {6}};
+  std::vector<GenerateOptions> opts;
+  for (int i = 0; i < 3; ++i) opts.push_back(options(70 + i, 4));
+  Metrics metrics;
+  CallOptions call;
+  call.threads = 2;
+  GenerationEngine engine(8, 8, call, metrics);
+  const std::vector<Outcome> outcomes = run_all(engine, model, prompts, opts);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(outcomes[i].tokens, solo_tokens(model, prompts[i], opts[i])) << i;
+  EXPECT_EQ(engine.lane_steps(), 0u);
 }
 
 // The prefix cache serves generations' prompts and keeps finished ones, and changes no bit: a
