@@ -31,13 +31,13 @@ HWY_INLINE void WeightedRowsTile(const float* HWY_RESTRICT w, int64_t w_query, i
                                  int32_t d0, bool first, float* HWY_RESTRICT out, int64_t out_stride) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto at = [&](size_t I) { return static_cast<int64_t>(I / U) * out_stride + d0 + static_cast<int64_t>(I % U) * N; };
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return static_cast<int64_t>(I / U) * out_stride + d0 + static_cast<int64_t>(I % U) * N; };
   // Accumulator I: query I / U, vector I % U (tile-inl.hpp).
-  WithTile<QB * U>([&](auto I) { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
-                   [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  WithTile<QB * U>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
+                   [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
                      for (int64_t j = j_begin; j < j_end; ++j) {
                        // Each row vector and each weight is loaded once (the repeats fold away).
-                       const auto fma = [&](hn::Vec<decltype(d)>& a_iu, size_t I_) {
+                       const auto fma = [&](hn::Vec<decltype(d)>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
                          const auto wj = hn::Set(d, w[static_cast<int64_t>(I_ / U) * w_query + j * w_key]);
                          const auto rv = hn::LoadU(d, rows + j * row_stride + d0 + static_cast<int64_t>(I_ % U) * N);
                          a_iu = hn::MulAdd(wj, rv, a_iu);

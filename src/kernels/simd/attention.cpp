@@ -33,14 +33,14 @@ HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_REST
                               hn::Vec<DF> m) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  WithTile<U>([&](auto) { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  WithTile<U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
     for (int32_t dd = 0; dd < head_dim; ++dd) {
       const auto qd = hn::Set(d, q[dd]);
       const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
       ((acc = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
     }
     // The running maximum takes the vectors in increasing u, as before.
-    const auto finish = [&](hn::Vec<DF> a_u, int64_t u) {
+    const auto finish = [&](hn::Vec<DF> a_u, int64_t u) LOCKSTEP_LAMBDA_INLINE {
       const auto s = hn::Mul(a_u, scale);
       hn::StoreU(s, d, scores + j0 + u * N);
       m = MaxSkipNaN(m, s);
@@ -56,7 +56,7 @@ HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRI
                             int64_t n, int32_t d0, hn::Vec<DF> l, float* HWY_RESTRICT out) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  WithTile<U>([&](auto) { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  WithTile<U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
     for (int64_t j = 0; j < n; ++j) {
       const auto ej = hn::Set(d, e[j]);
       const float* row = v + j * ldv + d0;
@@ -117,11 +117,11 @@ HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // Accumulator I: query I / U, vector of keys I % U (tile-inl.hpp).
-  WithTile<QB * U>([&](auto) { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  WithTile<QB * U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
     for (int32_t dd = 0; dd < head_dim; ++dd) {
       const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
       // Each key vector and each query's value is loaded once (the repeats fold away).
-      const auto fma = [&](hn::Vec<DF>& a_iu, size_t I_) {
+      const auto fma = [&](hn::Vec<DF>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
         const auto qd = hn::Set(d, q[static_cast<int64_t>(I_ / U) * q_stride + dd]);
         a_iu = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I_ % U) * N), a_iu);
       };

@@ -74,16 +74,16 @@ HWY_INLINE void KeyTile(const float* HWY_RESTRICT xt, int64_t B, const float* HW
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // Accumulator I: key I / U, vector of queries I % U (tile-inl.hpp).
-  WithTile<KB * U>([&](auto) { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  WithTile<KB * U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
     for (int32_t e = 0; e < head_dim; ++e) {
       // Each vector of queries and each key's value is loaded once (the repeats fold away).
-      const auto fma = [&](VF& a_iu, size_t I_) {
+      const auto fma = [&](VF& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
         const VF r = hn::Set(d, rows[(j0 + static_cast<int64_t>(I_ / U)) * stride + e]);
         a_iu = hn::MulAdd(r, hn::LoadU(d, xt + e * B + static_cast<int64_t>(I_ % U) * N), a_iu);
       };
       (fma(acc, I), ...);
     }
-    const auto store = [&](VF a_iu, size_t I_) {
+    const auto store = [&](VF a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
       float* at = out + (j0 + static_cast<int64_t>(I_ / U)) * ld + static_cast<int64_t>(I_ % U) * N;
       hn::StoreU(mul ? hn::Mul(a_iu, hn::Set(d, *mul)) : a_iu, d, at);
     };
@@ -139,20 +139,21 @@ HWY_INLINE void ForKeys(int64_t t0, int64_t n, const Step& step) {
   const int64_t all = std::min(n, t0 + 1);
   const auto every = [](VF next, VF) { return next; };
   // f(u) for u in [u_begin, vectors), in increasing u.
-  const auto for_vectors = [&](int64_t u_begin, const auto& f) {
-    [&]<size_t... U>(std::index_sequence<U...>) {
+  const auto for_vectors = [&](int64_t u_begin, const auto& f) LOCKSTEP_LAMBDA_INLINE {
+    [&]<size_t... U>(std::index_sequence<U...>) LOCKSTEP_LAMBDA_INLINE {
       ((static_cast<int64_t>(U) >= u_begin && static_cast<int64_t>(U) < vectors
             ? f(std::integral_constant<size_t, U>())
             : void()),
        ...);
     }(std::make_index_sequence<kBlockVectors>());
   };
-  for (int64_t j = 0; j < all; ++j) for_vectors(0, [&](auto u) { step(j, u, every); });
+  for (int64_t j = 0; j < all; ++j) for_vectors(0, [&](auto u) LOCKSTEP_LAMBDA_INLINE { step(j, u, every); });
   for (int64_t j = all; j < n; ++j)
-    for_vectors((j - t0) / N, [&](auto u) {
+    for_vectors((j - t0) / N, [&](auto u) LOCKSTEP_LAMBDA_INLINE {
       const auto reach = hn::Ge(hn::Iota(d, static_cast<float>(t0 + static_cast<int64_t>(u) * N)),
                                 hn::Set(d, static_cast<float>(j)));
-      step(j, u, [reach](VF next, VF current) { return hn::IfThenElse(reach, next, current); });
+      // By reference: a closure cannot hold a sizeless SVE vector.
+      step(j, u, [&reach](VF next, VF current) LOCKSTEP_LAMBDA_INLINE { return hn::IfThenElse(reach, next, current); });
     });
 }
 
@@ -164,13 +165,13 @@ void BlockExp(float* e, int64_t ld, int64_t t0, int64_t n, float* l_out) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // State I < kBlockVectors: m of vector I; then l of vector I - kBlockVectors (tile-inl.hpp).
   WithTile<2 * kBlockVectors>(
-      [&](auto I) { return decltype(I)::value < kBlockVectors ? hn::Set(d, -std::numeric_limits<float>::infinity()) : hn::Zero(d); },
-      [&]<size_t... I>(std::index_sequence<I...>, auto... ml) {
-        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) {
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE { return decltype(I)::value < kBlockVectors ? hn::Set(d, -std::numeric_limits<float>::infinity()) : hn::Zero(d); },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... ml) LOCKSTEP_LAMBDA_INLINE {
+        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) LOCKSTEP_LAMBDA_INLINE {
           VF& m = Nth<decltype(u)::value>(ml...);
           m = keep(MaxSkipNaN(m, hn::LoadU(d, e + j * ld + static_cast<int64_t>(u) * N)), m);
         });
-        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) {
+        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) LOCKSTEP_LAMBDA_INLINE {
           VF& m = Nth<decltype(u)::value>(ml...);
           VF& l = Nth<kBlockVectors + decltype(u)::value>(ml...);
           float* at = e + j * ld + static_cast<int64_t>(u) * N;
@@ -178,7 +179,7 @@ void BlockExp(float* e, int64_t ld, int64_t t0, int64_t n, float* l_out) {
           hn::StoreU(x, d, at);
           l = keep(hn::Add(l, x), l);
         });
-        const auto store = [&](VF l, size_t u) { hn::StoreU(l, d, l_out + static_cast<int64_t>(u) * N); };
+        const auto store = [&](VF l, size_t u) LOCKSTEP_LAMBDA_INLINE { hn::StoreU(l, d, l_out + static_cast<int64_t>(u) * N); };
         ((I >= kBlockVectors ? store(ml, I - kBlockVectors) : void()), ...);
       });
 }
@@ -193,12 +194,12 @@ void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float
   BlockExp(pt, ld, t0, n, l_lanes);
   // State I < kBlockVectors: l of vector I; then D of vector I - kBlockVectors (tile-inl.hpp).
   WithTile<2 * kBlockVectors>(
-      [&](auto I) {
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE {
         constexpr size_t i = decltype(I)::value;
         return i < kBlockVectors ? hn::Load(d, l_lanes + static_cast<int64_t>(i) * N) : hn::Zero(d);
       },
-      [&]<size_t... I>(std::index_sequence<I...>, auto... lD) {
-        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) {
+      [&]<size_t... I>(std::index_sequence<I...>, auto... lD) LOCKSTEP_LAMBDA_INLINE {
+        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) LOCKSTEP_LAMBDA_INLINE {
           const VF& l = Nth<decltype(u)::value>(lD...);
           VF& D = Nth<kBlockVectors + decltype(u)::value>(lD...);
           float* at = pt + j * ld + static_cast<int64_t>(u) * N;
@@ -207,7 +208,7 @@ void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float
           D = keep(hn::MulAdd(p, hn::LoadU(d, st + j * ld + static_cast<int64_t>(u) * N), D), D);
         });
         const VF scale_v = hn::Set(d, scale);
-        ForKeys(t0, n, [&](int64_t j, auto u, auto) {
+        ForKeys(t0, n, [&](int64_t j, auto u, auto) LOCKSTEP_LAMBDA_INLINE {
           const VF& D = Nth<kBlockVectors + decltype(u)::value>(lD...);
           float* at = st + j * ld + static_cast<int64_t>(u) * N;
           const VF p = hn::LoadU(d, pt + j * ld + static_cast<int64_t>(u) * N);
@@ -252,21 +253,21 @@ HWY_INLINE void KeyGradTile(const float* HWY_RESTRICT w, int64_t ld, const float
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const float* wj = w + j0 * ld;
-  const auto at = [&](size_t I) {
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE {
     return (j0 + static_cast<int64_t>(I / U)) * out_stride + d0 + static_cast<int64_t>(I % U) * N;
   };
   // Accumulator I: key j0 + I / U, vector I % U (tile-inl.hpp).
-  WithTile<KB * U>([&](auto I) { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
-                   [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  WithTile<KB * U>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
+                   [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
     // Each vector of y and each weight is loaded once (the repeats fold away).
-    const auto fma = [&](VF& a_iu, size_t I_, int64_t t) {
+    const auto fma = [&](VF& a_iu, size_t I_, int64_t t) LOCKSTEP_LAMBDA_INLINE {
       const VF wv = hn::Set(d, wj[static_cast<int64_t>(I_ / U) * ld + t]);
       a_iu = hn::MulAdd(wv, hn::LoadU(d, y + t * y_stride + d0 + static_cast<int64_t>(I_ % U) * N), a_iu);
     };
     // Queries before the tile's last key reach only the keys at or below them.
     const int64_t full = std::max(tb, j0 + KB - 1);
     for (int64_t t = std::max(tb, j0); t < std::min(te, full); ++t) {
-      const auto reaching = [&](VF& a_iu, size_t I_) {
+      const auto reaching = [&](VF& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
         if (j0 + static_cast<int64_t>(I_ / U) <= t) fma(a_iu, I_, t);
       };
       (reaching(acc, I), ...);

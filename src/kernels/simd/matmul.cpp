@@ -101,15 +101,15 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RES
   }
   // Accumulator I: row I / kVectors, vector I % kVectors (tile-inl.hpp).
   WithTile<MR * kVectors>(
-      [&](auto I) {
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE {
         constexpr size_t i = decltype(I)::value / kVectors, v = decltype(I)::value % kVectors;
         return first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
       },
-      [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+      [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
         for (int64_t k = 0; k < kc; ++k) {
           const TB* bk = b + k * NR;
           // Each row's broadcast and each vector of B are loaded once (the repeats fold away).
-          const auto fma = [&](hn::Vec<DF>& c_iv, size_t i, size_t v) {
+          const auto fma = [&](hn::Vec<DF>& c_iv, size_t i, size_t v) LOCKSTEP_LAMBDA_INLINE {
             const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
             c_iv = hn::MulAdd(ai, LoadB(d, bk + v * N), c_iv);
           };
@@ -144,11 +144,11 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY
   const int64_t NR = kVectors * N;
   // Accumulator I: row I % MR, panel I / (MR kVectors), vector (I / MR) % kVectors.
   constexpr size_t kTile = MR * P * kVectors;
-  const auto at = [&](size_t I) { return (I % MR) * ldc + (I / (MR * kVectors)) * NR + ((I / MR) % kVectors) * N; };
-  WithTile<kTile>([&](auto I) { return first ? hn::Zero(d) : hn::LoadU(d, c + at(decltype(I)::value)); },
-                  [&]<size_t... I>(std::index_sequence<I...>, auto... acc) {
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return (I % MR) * ldc + (I / (MR * kVectors)) * NR + ((I / MR) % kVectors) * N; };
+  WithTile<kTile>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, c + at(decltype(I)::value)); },
+                  [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
                     for (int64_t k = 0; k < kc; ++k) {
-                      const auto fma = [&](hn::Vec<DF>& c_iqv, size_t I_) {
+                      const auto fma = [&](hn::Vec<DF>& c_iqv, size_t I_) LOCKSTEP_LAMBDA_INLINE {
                         const size_t i = I_ % MR, q = I_ / (MR * kVectors), v = (I_ / MR) % kVectors;
                         const auto bv = LoadB(d, b + q * panel_stride + k * NR + v * N);
                         c_iqv = hn::MulAdd(hn::Set(d, a[i * lda + k]), bv, c_iqv);

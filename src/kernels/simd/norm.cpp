@@ -108,10 +108,10 @@ void RmsNormBackwardWeight(const float* HWY_RESTRICT x, const float* HWY_RESTRIC
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = i0;
   for (; i + 4 * N <= i1; i += 4 * N) {
-    WithTile<4>([&](auto) { return hn::Zero(d); }, [&]<size_t... U>(std::index_sequence<U...>, auto... acc) {
+    WithTile<4>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... U>(std::index_sequence<U...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
       for (int64_t r = 0; r < R; ++r) {
         const auto rv = hn::Set(d, inv_rms[r]);
-        const auto fma = [&](hn::Vec<decltype(d)>& a_u, int64_t u) {
+        const auto fma = [&](hn::Vec<decltype(d)>& a_u, int64_t u) LOCKSTEP_LAMBDA_INLINE {
           const auto xhat = hn::Mul(hn::LoadU(d, x + r * n + i + u * N), rv);
           a_u = hn::MulAdd(hn::LoadU(d, dy + r * n + i + u * N), xhat, a_u);
         };

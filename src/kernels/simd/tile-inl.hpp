@@ -6,6 +6,12 @@
 // Each accumulator is one output's chain; the folds run in index order, and the order of
 // independent chains changes no bit.
 // Included once per Highway target (the include guard toggles with HWY_TARGET_TOGGLE).
+// The lambdas of a tile are always inlined: an out-of-line call would pass the tile through memory
+// (x86's calling convention passes a pack of 16 vectors on the stack).
+#ifndef LOCKSTEP_LAMBDA_INLINE
+#define LOCKSTEP_LAMBDA_INLINE __attribute__((always_inline))
+#endif
+
 #if defined(LOCKSTEP_SIMD_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOCKSTEP_SIMD_TILE_INL_H_
 #undef LOCKSTEP_SIMD_TILE_INL_H_
