@@ -3,6 +3,7 @@
 // profile (docs/ARITHMETIC.md, "Versions"), never a silent edit of the numbers below.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -44,22 +45,32 @@ std::vector<int32_t> text_ids() {
   return ids;
 }
 
+// On every SIMD target this machine runs (each named in the output), so that a build for another
+// ISA (README, "Running on Arm") shows each of its targets gives x86's hashes.
 TEST(Golden, LogitsAndLossBitsArePinned) {
   for (const Golden& g : kGolden) {
-    ModelOptions options;
-    options.precision = g.precision;
-    const auto model = Model::from_parameters(g.config, init_parameters(g.config, g.seed), options);
+    const auto params = init_parameters(g.config, g.seed);
     const auto ids = text_ids();
     const int64_t T = static_cast<int64_t>(ids.size());
-    const auto fast = model->logits({ids.data(), 1, T}, {}, {Device::cpu, 2});
-    const auto ref = model->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
-    ASSERT_TRUE(test::same_bits(fast, ref)) << g.name;
-    EXPECT_EQ(test::sha256_of(fast), g.logits_sha256) << g.name;
-    const ModelConfig& c = g.config;
-    const auto batch = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 2026);
-    const uint32_t bits = model->loss_bits({batch.data(), c.batch, c.length + 1}, {Device::cpu, 2});
-    EXPECT_EQ(bits, g.loss_bits) << g.name << " loss " << std::bit_cast<float>(bits) << " bits 0x"
-                                 << std::hex << bits;
+    ModelOptions ref_options;
+    ref_options.precision = g.precision;
+    const auto ref = Model::from_parameters(g.config, params, ref_options)
+                         ->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
+    for (const std::string& target : simd_targets()) {
+      ModelOptions options = ref_options;
+      options.simd_target = target;
+      const auto model = Model::from_parameters(g.config, params, options);
+      const std::string what = std::string(g.name) + " on " + target;
+      const auto fast = model->logits({ids.data(), 1, T}, {}, {Device::cpu, 2});
+      ASSERT_TRUE(test::same_bits(fast, ref)) << what;
+      EXPECT_EQ(test::sha256_of(fast), g.logits_sha256) << what;
+      const ModelConfig& c = g.config;
+      const auto batch = test::random_ids(c.batch * (c.length + 1), c.vocab_size, 2026);
+      const uint32_t bits = model->loss_bits({batch.data(), c.batch, c.length + 1}, {Device::cpu, 2});
+      EXPECT_EQ(bits, g.loss_bits) << what << " loss " << std::bit_cast<float>(bits) << " bits 0x"
+                                   << std::hex << bits;
+      std::printf("golden logits and loss checked: %s\n", what.c_str());
+    }
   }
 }
 
