@@ -56,7 +56,7 @@ TEST(Golden, LogitsAndLossBitsArePinned) {
     ref_options.precision = g.precision;
     const auto ref = Model::from_parameters(g.config, params, ref_options)
                          ->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
-    for (const std::string& target : simd_targets()) {
+    for (const std::string& target : test::targets_under_test()) {
       ModelOptions options = ref_options;
       options.simd_target = target;
       const auto model = Model::from_parameters(g.config, params, options);

@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lockstep::simd {
@@ -109,21 +111,25 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RES
   if (!full && !first) {
     for (int i = 0; i < MR; ++i) std::memcpy(edge + i * NR, c + i * ldc, static_cast<size_t>(cols) * sizeof(float));
   }
-  hn::Vec<DF> acc[MR][kVectors];
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < kVectors; ++v)
-      acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
-  for (int64_t k = 0; k < kc; ++k) {
-    const TB* bk = b + k * NR;
-    hn::Vec<DF> bv[kVectors];
-    for (int v = 0; v < kVectors; ++v) bv[v] = LoadB(d, bk + v * N, scale, v * N);
-    for (int i = 0; i < MR; ++i) {
-      const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
-      for (int v = 0; v < kVectors; ++v) acc[i][v] = hn::MulAdd(ai, bv[v], acc[i][v]);
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][v], d, out + i * ldo + v * N);
+  // Accumulator I: row I / kVectors, vector I % kVectors (tile-inl.hpp).
+  WithTile<MR * kVectors>(
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE {
+        constexpr size_t i = decltype(I)::value / kVectors, v = decltype(I)::value % kVectors;
+        return first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
+      },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+        for (int64_t k = 0; k < kc; ++k) {
+          const TB* bk = b + k * NR;
+          // Each row's broadcast and each vector of B are loaded once (the repeats fold away).
+          const auto fma = [&](hn::Vec<DF>& c_iv, size_t i, size_t v) LOCKSTEP_LAMBDA_INLINE {
+            const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
+            const int64_t at = static_cast<int64_t>(v) * N;
+            c_iv = hn::MulAdd(ai, LoadB(d, bk + at, scale, at), c_iv);
+          };
+          (fma(acc, I / kVectors, I % kVectors), ...);
+        }
+        (hn::StoreU(acc, d, out + (I / kVectors) * ldo + (I % kVectors) * N), ...);
+      });
   if (!full) {
     for (int i = 0; i < MR; ++i) std::memcpy(c + i * ldc, edge + i * NR, static_cast<size_t>(cols) * sizeof(float));
   }
@@ -149,25 +155,21 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
-  hn::Vec<DF> acc[MR][P][kVectors];
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < P; ++q)
-      for (int v = 0; v < kVectors; ++v)
-        acc[i][q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + i * ldc + q * NR + v * N);
-  for (int64_t k = 0; k < kc; ++k) {
-    hn::Vec<DF> ai[MR];
-    for (int i = 0; i < MR; ++i) ai[i] = hn::Set(d, a[i * lda + k]);
-    for (int q = 0; q < P; ++q) {
-      const TB* bk = b + q * panel_stride + k * NR;
-      for (int v = 0; v < kVectors; ++v) {
-        const auto bv = LoadB(d, bk + v * N, scale, q * NR + v * N);
-        for (int i = 0; i < MR; ++i) acc[i][q][v] = hn::MulAdd(ai[i], bv, acc[i][q][v]);
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < P; ++q)
-      for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][q][v], d, c + i * ldc + q * NR + v * N);
+  // Accumulator I: row I % MR, panel I / (MR kVectors), vector (I / MR) % kVectors.
+  constexpr size_t kTile = MR * P * kVectors;
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return (I % MR) * ldc + (I / (MR * kVectors)) * NR + ((I / MR) % kVectors) * N; };
+  WithTile<kTile>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, c + at(decltype(I)::value)); },
+                  [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+                    for (int64_t k = 0; k < kc; ++k) {
+                      const auto fma = [&](hn::Vec<DF>& c_iqv, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+                        const int64_t i = I_ % MR, q = I_ / (MR * kVectors), v = (I_ / MR) % kVectors;
+                        const auto bv = LoadB(d, b + q * panel_stride + k * NR + v * N, scale, q * NR + v * N);
+                        c_iqv = hn::MulAdd(hn::Set(d, a[i * lda + k]), bv, c_iqv);
+                      };
+                      (fma(acc, I), ...);
+                    }
+                    (hn::StoreU(acc, d, c + at(I)), ...);
+                  });
 }
 
 // M rows (M * P <= 4) over panels [p, p_end): groups of P full panels, then one panel at a time.
@@ -319,27 +321,29 @@ HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, i
   const hn::Rebind<int8_t, DF> d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
-  hn::Vec<DF> acc[P][kVectors];
-  for (int q = 0; q < P; ++q)
-    for (int v = 0; v < kVectors; ++v) acc[q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + q * NR + v * N);
-  for (int64_t k = 0; k < kc; k += 2) {
-    const int64_t kk = k0 + k;
-    const bool pair = k + 1 < kc;
-    const auto a0 = hn::Set(d, a[kk]);
-    const auto a1 = hn::Set(d, pair ? a[kk + 1] : 0.0f);
-    for (int q = 0; q < P; ++q) {
-      const int8_t* row = reinterpret_cast<const int8_t*>(b.panel_data4(p + q) + (kk / 2) * NR);
-      const float* s = b.panel_scales4(p + q) + (kk / 32) * NR;
-      for (int v = 0; v < kVectors; ++v) {
-        const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v * N));
-        const auto sv = hn::Load(d, s + v * N);
-        acc[q][v] = hn::MulAdd(a0, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), acc[q][v]);
-        if (pair) acc[q][v] = hn::MulAdd(a1, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), acc[q][v]);
-      }
-    }
-  }
-  for (int q = 0; q < P; ++q)
-    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[q][v], d, c + q * NR + v * N);
+  // Accumulator I: panel I / kVectors, vector I % kVectors (tile-inl.hpp).
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return static_cast<int64_t>(I / kVectors) * NR + static_cast<int64_t>(I % kVectors) * N; };
+  WithTile<P * kVectors>(
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, c + at(decltype(I)::value)); },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+        for (int64_t k = 0; k < kc; k += 2) {
+          const int64_t kk = k0 + k;
+          const bool pair = k + 1 < kc;
+          const auto a0 = hn::Set(d, a[kk]);
+          const auto a1 = hn::Set(d, pair ? a[kk + 1] : 0.0f);
+          const auto fma = [&](hn::Vec<DF>& c_qv, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+            const int64_t q = static_cast<int64_t>(I_ / kVectors), v = static_cast<int64_t>(I_ % kVectors);
+            const int8_t* row = reinterpret_cast<const int8_t*>(b.panel_data4(p + q) + (kk / 2) * NR);
+            const float* s = b.panel_scales4(p + q) + (kk / 32) * NR;
+            const auto x = hn::PromoteTo(di, hn::LoadU(d8, row + v * N));
+            const auto sv = hn::Load(d, s + v * N);
+            c_qv = hn::MulAdd(a0, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<28>(hn::ShiftLeft<28>(x))), sv), c_qv);
+            if (pair) c_qv = hn::MulAdd(a1, hn::Mul(hn::ConvertTo(d, hn::ShiftRight<4>(x)), sv), c_qv);
+          };
+          (fma(acc, I), ...);
+        }
+        (hn::StoreU(acc, d, c + at(I)), ...);
+      });
 }
 
 void MatmulQ4(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin, int64_t p_end,
