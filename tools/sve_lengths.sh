@@ -64,9 +64,11 @@ if [ "${SVE_PARALLEL:-0}" = 1 ]; then
   # each one's output printed whole, in order, once all have ended. A signal ends them all.
   logs=$(mktemp -d)
   pids=()
-  stop() {  # each length's qemu, then its shell
-    local p
+  stop() {  # each length's qemu, then its shell; what each printed so far
+    local p vq
     for p in "${pids[@]}"; do pkill -TERM -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+    for vq in "${vqs[@]}"; do cat "$logs/$vq" 2>/dev/null || true; done
+    echo "sve_lengths: stopped"
     rm -rf "$logs"
     exit 143
   }
