@@ -53,6 +53,7 @@ Q8 random_q8(int K, int N, uint64_t seed) {
 TEST(MatmulQ8, PackedInt8EqualsReferenceOnExpandedWeights) {
   uint64_t seed = 31000;
   for (const Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;  // LOCKSTEP_TEST_TARGETS (test_util.hpp)
     for (int M : {1, 2, 3, 4, 5, 8, 9, 13}) {
       for (int K : {1, 7, 64, 255, 257, 300}) {
         for (int N : {1, 3, 8, 17, 32, 33, 48, 100, 130}) {
@@ -77,6 +78,7 @@ TEST(MatmulQ8, ConcatenatedPartsPanelPiecesAndStridesEqualReference) {
   // [w0 | w1] packed together, computed a few panels at a time with padded strides, equals the
   // reference over each expanded part.
   for (const Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;  // LOCKSTEP_TEST_TARGETS (test_util.hpp)
     for (int M : {1, 2, 11}) {
       const int K = 270, N0 = 37, N1 = 70, lda = K + 3, ldc = N0 + N1 + 5;
       const Q8 w0 = random_q8(K, N0, 41), w1 = random_q8(K, N1, 42);
@@ -128,6 +130,7 @@ Q4 random_q4(int K, int N, uint64_t seed) {
 TEST(MatmulQ4, Packed4BitEqualsReferenceOnExpandedWeights) {
   uint64_t seed = 52000;
   for (const Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;  // LOCKSTEP_TEST_TARGETS (test_util.hpp)
     for (int M : {1, 2, 3, 4, 9, 13}) {
       for (int K : {1, 2, 7, 31, 32, 33, 64, 255, 257, 300}) {
         for (int N : {1, 3, 8, 17, 33, 48, 100}) {
@@ -157,6 +160,7 @@ TEST(MatmulQ4, DecodingStraightFromThePackedBytesEqualsReference) {
   // One row over many full panels (the wide decode tiles on every target), then the rest.
   uint64_t seed = 58000;
   for (const Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;  // LOCKSTEP_TEST_TARGETS (test_util.hpp)
     for (int K : {1, 2, 33, 257, 300}) {
       for (int N : {256, 300, 520}) {
         const Q4 w = random_q4(K, N, seed++);
@@ -179,6 +183,7 @@ TEST(MatmulQ4, DecodingStraightFromThePackedBytesEqualsReference) {
 
 TEST(MatmulQ4, ConcatenatedPartsAndPanelPiecesEqualReference) {
   for (const Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;  // LOCKSTEP_TEST_TARGETS (test_util.hpp)
     for (int M : {1, 5}) {
       const int K = 97, N0 = 19, N1 = 40, ldc = N0 + N1 + 3;
       const Q4 w0 = random_q4(K, N0, 61), w1 = random_q4(K, N1, 62);

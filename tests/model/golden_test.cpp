@@ -3,9 +3,13 @@
 // profile (docs/ARITHMETIC.md, "Versions"), never a silent edit of the numbers below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "lockstep/model.hpp"
 #include "support/test_util.hpp"
@@ -47,8 +51,26 @@ std::vector<int32_t> text_ids() {
 
 // On every SIMD target this machine runs (each named in the output), so that a build for another
 // ISA (README, "Running on Arm") shows each of its targets gives x86's hashes.
+// LOCKSTEP_GOLDEN_MODELS (comma-separated names, e.g. "default") checks those models alone and
+// prints the ones left out: the Arm stage's SVE lengths check one model each (README, "Running on
+// Arm"); a name that is not one of kGolden fails.
 TEST(Golden, LogitsAndLossBitsArePinned) {
+  const char* only = std::getenv("LOCKSTEP_GOLDEN_MODELS");
+  std::vector<std::string> wanted;
+  if (only) {
+    std::stringstream list(only);
+    for (std::string name; std::getline(list, name, ',');) wanted.push_back(name);
+  }
+  const auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  std::vector<std::string> known;
   for (const Golden& g : kGolden) {
+    known.emplace_back(g.name);
+    if (!wanted.empty() && !listed(wanted, g.name)) {
+      std::printf("LOCKSTEP_GOLDEN_MODELS=%s: not checking %s in this run\n", only, g.name);
+      continue;
+    }
     const auto params = init_parameters(g.config, g.seed);
     const auto ids = text_ids();
     const int64_t T = static_cast<int64_t>(ids.size());
@@ -56,7 +78,7 @@ TEST(Golden, LogitsAndLossBitsArePinned) {
     ref_options.precision = g.precision;
     const auto ref = Model::from_parameters(g.config, params, ref_options)
                          ->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
-    for (const std::string& target : simd_targets()) {
+    for (const std::string& target : test::targets_under_test()) {
       ModelOptions options = ref_options;
       options.simd_target = target;
       const auto model = Model::from_parameters(g.config, params, options);
@@ -72,6 +94,8 @@ TEST(Golden, LogitsAndLossBitsArePinned) {
       std::printf("golden logits and loss checked: %s\n", what.c_str());
     }
   }
+  for (const std::string& name : wanted)
+    EXPECT_TRUE(listed(known, name)) << "LOCKSTEP_GOLDEN_MODELS names no golden model " << name;
 }
 
 // Greedy text from the shipped demo model (examples/models/fortunes), byte for byte, on both

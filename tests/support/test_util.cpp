@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -142,6 +143,46 @@ std::string read_file(const std::string& path) {
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<std::string> targets_under_test() {
+  const std::vector<std::string> all = simd_targets();
+  const char* env = std::getenv("LOCKSTEP_TEST_TARGETS");
+  if (env == nullptr || *env == '\0') return all;
+  std::vector<std::string> wanted;
+  std::stringstream list(env);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    bool known = false;
+    for (const std::string& t : all) known = known || t == name;
+    if (!known) {
+      std::string have;
+      for (const std::string& t : all) have += (have.empty() ? "" : ", ") + t;
+      throw std::runtime_error("LOCKSTEP_TEST_TARGETS names " + name + ", which this machine does not run (it runs " +
+                               have + ")");
+    }
+    wanted.push_back(name);
+  }
+  std::vector<std::string> out, left;
+  for (const std::string& t : all) {
+    bool in = false;
+    for (const std::string& w : wanted) in = in || w == t;
+    (in ? out : left).push_back(t);
+  }
+  static bool said = false;  // once per process
+  if (!said && !left.empty()) {
+    std::string names;
+    for (const std::string& t : left) names += (names.empty() ? "" : ", ") + t;
+    std::printf("LOCKSTEP_TEST_TARGETS=%s: not checking %s in this run\n", env, names.c_str());
+    said = true;
+  }
+  return out;
+}
+
+bool target_under_test(const std::string& name) {
+  for (const std::string& t : targets_under_test())
+    if (t == name) return true;
+  return false;
 }
 
 }  // namespace lockstep::test

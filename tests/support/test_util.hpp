@@ -44,6 +44,15 @@ struct CommandResult {
 // Runs argv (no shell), feeding `input` on stdin.
 CommandResult run_command(const std::vector<std::string>& argv, const std::string& input = "");
 
+// The SIMD targets a test checks: every target this machine runs (simd_targets(), best first), or,
+// when LOCKSTEP_TEST_TARGETS names some (comma-separated, e.g. "SVE2_128,SVE"), those alone, in
+// the same order. The Arm stage runs the SVE lengths on a subset this way (README, "Running on
+// Arm"). A name this machine does not run throws (a run meant for SVE2_128 never passes by
+// checking nothing), and a run that leaves targets out prints which, so nothing is skipped
+// silently.
+std::vector<std::string> targets_under_test();
+bool target_under_test(const std::string& name);
+
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
 

@@ -10,7 +10,10 @@
 
 #include <hwy/highway.h>
 
+#include <utility>
+
 #include "kernels/ref/math.hpp"
+#include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lockstep::simd {
@@ -28,19 +31,21 @@ HWY_INLINE void WeightedRowsTile(const float* HWY_RESTRICT w, int64_t w_query, i
                                  int32_t d0, bool first, float* HWY_RESTRICT out, int64_t out_stride) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<decltype(d)> acc[QB][U];
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = first ? hn::Zero(d) : hn::LoadU(d, out + i * out_stride + d0 + u * N);
-  for (int64_t j = j_begin; j < j_end; ++j) {
-    hn::Vec<decltype(d)> rv[U];
-    for (int u = 0; u < U; ++u) rv[u] = hn::LoadU(d, rows + j * row_stride + d0 + u * N);
-    for (int i = 0; i < QB; ++i) {
-      const auto wj = hn::Set(d, w[i * w_query + j * w_key]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wj, rv[u], acc[i][u]);
-    }
-  }
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + i * out_stride + d0 + u * N);
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return static_cast<int64_t>(I / U) * out_stride + d0 + static_cast<int64_t>(I % U) * N; };
+  // Accumulator I: query I / U, vector I % U (tile-inl.hpp).
+  WithTile<QB * U>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
+                   [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+                     for (int64_t j = j_begin; j < j_end; ++j) {
+                       // Each row vector and each weight is loaded once (the repeats fold away).
+                       const auto fma = [&](hn::Vec<decltype(d)>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+                         const auto wj = hn::Set(d, w[static_cast<int64_t>(I_ / U) * w_query + j * w_key]);
+                         const auto rv = hn::LoadU(d, rows + j * row_stride + d0 + static_cast<int64_t>(I_ % U) * N);
+                         a_iu = hn::MulAdd(wj, rv, a_iu);
+                       };
+                       (fma(acc, I), ...);
+                     }
+                     (hn::StoreU(acc, d, out + at(I)), ...);
+                   });
 }
 
 // WeightedRowsTile over every d in [0, head_dim): tiles of four vectors, then two, then single vectors,

@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/attention-inl.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/math-inl.hpp"
+#include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lockstep::simd {
@@ -33,18 +35,20 @@ HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_REST
                               hn::Vec<DF> m) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[U];
-  for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
-  for (int32_t dd = 0; dd < head_dim; ++dd) {
-    const auto qd = hn::Set(d, q[dd]);
-    const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
-    for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(qd, hn::LoadU(d, row + u * N), acc[u]);
-  }
-  for (int u = 0; u < U; ++u) {
-    const auto s = hn::Mul(acc[u], scale);
-    hn::StoreU(s, d, scores + j0 + u * N);
-    m = MaxSkipNaN(m, s);
-  }
+  WithTile<U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    for (int32_t dd = 0; dd < head_dim; ++dd) {
+      const auto qd = hn::Set(d, q[dd]);
+      const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
+      ((acc = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
+    }
+    // The running maximum takes the vectors in increasing u, as before.
+    const auto finish = [&](hn::Vec<DF> a_u, int64_t u) LOCKSTEP_LAMBDA_INLINE {
+      const auto s = hn::Mul(a_u, scale);
+      hn::StoreU(s, d, scores + j0 + u * N);
+      m = MaxSkipNaN(m, s);
+    };
+    (finish(acc, static_cast<int64_t>(I)), ...);
+  });
   return m;
 }
 
@@ -56,16 +60,16 @@ HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRI
                             int64_t n, int32_t d0, float* HWY_RESTRICT out, float* l) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[U];
-  for (int u = 0; u < U; ++u) acc[u] = hn::Zero(d);
   float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    const auto ej = hn::Set(d, e[j]);
-    if (l) sum = sum + e[j];
-    const float* row = v + j * ldv + d0;
-    for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(ej, hn::LoadU(d, row + u * N), acc[u]);
-  }
-  for (int u = 0; u < U; ++u) hn::StoreU(acc[u], d, out + d0 + u * N);
+  WithTile<U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    for (int64_t j = 0; j < n; ++j) {
+      const auto ej = hn::Set(d, e[j]);
+      if (l) sum = sum + e[j];
+      const float* row = v + j * ldv + d0;
+      ((acc = hn::MulAdd(ej, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
+    }
+    (hn::StoreU(acc, d, out + d0 + static_cast<int64_t>(I) * N), ...);
+  });
   if (l) *l = sum;
 }
 
@@ -130,20 +134,21 @@ HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const
                             int64_t ld_scores) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[QB][U];
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = hn::Zero(d);
-  for (int32_t dd = 0; dd < head_dim; ++dd) {
-    const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
-    hn::Vec<DF> kv[U];
-    for (int u = 0; u < U; ++u) kv[u] = hn::LoadU(d, row + u * N);
-    for (int i = 0; i < QB; ++i) {
-      const auto qd = hn::Set(d, q[i * q_stride + dd]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(qd, kv[u], acc[i][u]);
+  // Accumulator I: query I / U, vector of keys I % U (tile-inl.hpp).
+  WithTile<QB * U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    for (int32_t dd = 0; dd < head_dim; ++dd) {
+      const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
+      // Each key vector and each query's value is loaded once (the repeats fold away).
+      const auto fma = [&](hn::Vec<DF>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+        const auto qd = hn::Set(d, q[static_cast<int64_t>(I_ / U) * q_stride + dd]);
+        a_iu = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I_ % U) * N), a_iu);
+      };
+      (fma(acc, I), ...);
     }
-  }
-  for (int i = 0; i < QB; ++i)
-    for (int u = 0; u < U; ++u) hn::StoreU(hn::Mul(acc[i][u], scale), d, scores + i * ld_scores + j0 + u * N);
+    (hn::StoreU(hn::Mul(acc, scale), d,
+                scores + static_cast<int64_t>(I / U) * ld_scores + j0 + static_cast<int64_t>(I % U) * N),
+     ...);
+  });
 }
 
 // scores_i[j] (row i at scores + i * ld_scores) = (q_i . k_j) * scale for j < n[i], QB queries

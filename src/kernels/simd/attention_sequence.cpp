@@ -18,12 +18,14 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/attention-inl.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/math-inl.hpp"
+#include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lockstep::simd {
@@ -36,13 +38,13 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 // Vectors of queries per block: a score tile of 4 keys x 3 vectors keeps 12 accumulators.
-constexpr int kBlockVectors = 3;
+constexpr size_t kBlockVectors = 3;
 // Rows of k (dq) or of q and dout (dk, dv) a pass takes at a time: 128 rows of head_dim 32 are
 // 16 KiB, which stay in L1 while the tiles pass over them again and again; a whole sequence's
 // rows would stream from L2 for every tile.
 constexpr int64_t kChunk = 128;
 
-int64_t BlockQueries() { return kBlockVectors * static_cast<int64_t>(hn::Lanes(DF())); }
+int64_t BlockQueries() { return static_cast<int64_t>(kBlockVectors) * static_cast<int64_t>(hn::Lanes(DF())); }
 
 int64_t ScratchRow(int64_t T) {
   const int64_t b = BlockQueries();
@@ -71,20 +73,22 @@ HWY_INLINE void KeyTile(const float* HWY_RESTRICT xt, int64_t B, const float* HW
                         int64_t j0, int32_t head_dim, const float* mul, float* HWY_RESTRICT out, int64_t ld) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF acc[KB][U];
-  for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = hn::Zero(d);
-  for (int32_t e = 0; e < head_dim; ++e) {
-    VF xv[U];
-    for (int u = 0; u < U; ++u) xv[u] = hn::LoadU(d, xt + e * B + u * N);
-    for (int i = 0; i < KB; ++i) {
-      const VF r = hn::Set(d, rows[(j0 + i) * stride + e]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(r, xv[u], acc[i][u]);
+  // Accumulator I: key I / U, vector of queries I % U (tile-inl.hpp).
+  WithTile<KB * U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    for (int32_t e = 0; e < head_dim; ++e) {
+      // Each vector of queries and each key's value is loaded once (the repeats fold away).
+      const auto fma = [&](VF& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+        const VF r = hn::Set(d, rows[(j0 + static_cast<int64_t>(I_ / U)) * stride + e]);
+        a_iu = hn::MulAdd(r, hn::LoadU(d, xt + e * B + static_cast<int64_t>(I_ % U) * N), a_iu);
+      };
+      (fma(acc, I), ...);
     }
-  }
-  for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < U; ++u)
-      hn::StoreU(mul ? hn::Mul(acc[i][u], hn::Set(d, *mul)) : acc[i][u], d, out + (j0 + i) * ld + u * N);
+    const auto store = [&](VF a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+      float* at = out + (j0 + static_cast<int64_t>(I_ / U)) * ld + static_cast<int64_t>(I_ % U) * N;
+      hn::StoreU(mul ? hn::Mul(a_iu, hn::Set(d, *mul)) : a_iu, d, at);
+    };
+    (store(acc, I), ...);
+  });
 }
 
 // KeyTile<KB> over `vectors` vectors (1 to kBlockVectors).
@@ -124,21 +128,33 @@ void KeyTiles(const float* xt, int64_t B, const float* rows, int64_t stride, int
 // step(j, u, keep) for keys j in [0, n) in increasing order and each vector u of the block at
 // t0 (queries [t0, n)) that holds a query reaching key j; keep(next, current) is `next` in the
 // lanes whose query reaches key j (t >= j) and `current` in the others. Keys up to t0 reach
-// every lane. Lanes no query reaches (t < j, or t >= n) are left as they are.
+// every lane. Lanes no query reaches (t < j, or t >= n) are left as they are. u is a
+// std::integral_constant<size_t, u>, so that the steps can name each vector's state at compile
+// time (tile-inl.hpp: no arrays of vectors).
 template <class Step>
 HWY_INLINE void ForKeys(int64_t t0, int64_t n, const Step& step) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int vectors = static_cast<int>((n - t0 + N - 1) / N);
+  const int64_t vectors = (n - t0 + N - 1) / N;
   const int64_t all = std::min(n, t0 + 1);
   const auto every = [](VF next, VF) { return next; };
-  for (int64_t j = 0; j < all; ++j)
-    for (int u = 0; u < vectors; ++u) step(j, u, every);
+  // f(u) for u in [u_begin, vectors), in increasing u.
+  const auto for_vectors = [&](int64_t u_begin, const auto& f) LOCKSTEP_LAMBDA_INLINE {
+    [&]<size_t... U>(std::index_sequence<U...>) LOCKSTEP_LAMBDA_INLINE {
+      ((static_cast<int64_t>(U) >= u_begin && static_cast<int64_t>(U) < vectors
+            ? f(std::integral_constant<size_t, U>())
+            : void()),
+       ...);
+    }(std::make_index_sequence<kBlockVectors>());
+  };
+  for (int64_t j = 0; j < all; ++j) for_vectors(0, [&](auto u) LOCKSTEP_LAMBDA_INLINE { step(j, u, every); });
   for (int64_t j = all; j < n; ++j)
-    for (int u = static_cast<int>((j - t0) / N); u < vectors; ++u) {
-      const auto reach = hn::Ge(hn::Iota(d, static_cast<float>(t0 + u * N)), hn::Set(d, static_cast<float>(j)));
-      step(j, u, [reach](VF next, VF current) { return hn::IfThenElse(reach, next, current); });
-    }
+    for_vectors((j - t0) / N, [&](auto u) LOCKSTEP_LAMBDA_INLINE {
+      const auto reach = hn::Ge(hn::Iota(d, static_cast<float>(t0 + static_cast<int64_t>(u) * N)),
+                                hn::Set(d, static_cast<float>(j)));
+      // By reference: a closure cannot hold a sizeless SVE vector.
+      step(j, u, [&reach](VF next, VF current) LOCKSTEP_LAMBDA_INLINE { return hn::IfThenElse(reach, next, current); });
+    });
 }
 
 // The forward's softmax over the block's columns of keys [0, n), in place: scores in, e out;
@@ -147,21 +163,25 @@ HWY_INLINE void ForKeys(int64_t t0, int64_t n, const Step& step) {
 void BlockExp(float* e, int64_t ld, int64_t t0, int64_t n, float* l_out) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF m[kBlockVectors], l[kBlockVectors];
-  for (int u = 0; u < kBlockVectors; ++u) {
-    m[u] = hn::Set(d, -std::numeric_limits<float>::infinity());
-    l[u] = hn::Zero(d);
-  }
-  ForKeys(t0, n, [&](int64_t j, int u, auto keep) {
-    m[u] = keep(MaxSkipNaN(m[u], hn::LoadU(d, e + j * ld + u * N)), m[u]);
-  });
-  ForKeys(t0, n, [&](int64_t j, int u, auto keep) {
-    float* at = e + j * ld + u * N;
-    const VF x = Exp(d, hn::Sub(hn::LoadU(d, at), m[u]));
-    hn::StoreU(x, d, at);
-    l[u] = keep(hn::Add(l[u], x), l[u]);
-  });
-  for (int u = 0; u < kBlockVectors; ++u) hn::StoreU(l[u], d, l_out + u * N);
+  // State I < kBlockVectors: m of vector I; then l of vector I - kBlockVectors (tile-inl.hpp).
+  WithTile<2 * kBlockVectors>(
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE { return decltype(I)::value < kBlockVectors ? hn::Set(d, -std::numeric_limits<float>::infinity()) : hn::Zero(d); },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... ml) LOCKSTEP_LAMBDA_INLINE {
+        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) LOCKSTEP_LAMBDA_INLINE {
+          VF& m = Nth<decltype(u)::value>(ml...);
+          m = keep(MaxSkipNaN(m, hn::LoadU(d, e + j * ld + static_cast<int64_t>(u) * N)), m);
+        });
+        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) LOCKSTEP_LAMBDA_INLINE {
+          VF& m = Nth<decltype(u)::value>(ml...);
+          VF& l = Nth<kBlockVectors + decltype(u)::value>(ml...);
+          float* at = e + j * ld + static_cast<int64_t>(u) * N;
+          const VF x = Exp(d, hn::Sub(hn::LoadU(d, at), m));
+          hn::StoreU(x, d, at);
+          l = keep(hn::Add(l, x), l);
+        });
+        const auto store = [&](VF l, size_t u) LOCKSTEP_LAMBDA_INLINE { hn::StoreU(l, d, l_out + static_cast<int64_t>(u) * N); };
+        ((I >= kBlockVectors ? store(ml, I - kBlockVectors) : void()), ...);
+      });
 }
 
 // The block's softmax and ds, in place over its columns of keys [0, n): pt holds the scores,
@@ -172,23 +192,29 @@ void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   HWY_ALIGN float l_lanes[kBlockVectors * HWY_MAX_BYTES / sizeof(float)];
   BlockExp(pt, ld, t0, n, l_lanes);
-  VF l[kBlockVectors], D[kBlockVectors];
-  for (int u = 0; u < kBlockVectors; ++u) {
-    l[u] = hn::Load(d, l_lanes + u * N);
-    D[u] = hn::Zero(d);
-  }
-  ForKeys(t0, n, [&](int64_t j, int u, auto keep) {
-    float* at = pt + j * ld + u * N;
-    const VF p = hn::Div(hn::LoadU(d, at), l[u]);
-    hn::StoreU(p, d, at);
-    D[u] = keep(hn::MulAdd(p, hn::LoadU(d, st + j * ld + u * N), D[u]), D[u]);
-  });
-  const VF scale_v = hn::Set(d, scale);
-  ForKeys(t0, n, [&](int64_t j, int u, auto) {
-    float* at = st + j * ld + u * N;
-    const VF p = hn::LoadU(d, pt + j * ld + u * N);
-    hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(hn::LoadU(d, at), D[u])), scale_v), d, at);
-  });
+  // State I < kBlockVectors: l of vector I; then D of vector I - kBlockVectors (tile-inl.hpp).
+  WithTile<2 * kBlockVectors>(
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE {
+        constexpr size_t i = decltype(I)::value;
+        return i < kBlockVectors ? hn::Load(d, l_lanes + static_cast<int64_t>(i) * N) : hn::Zero(d);
+      },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... lD) LOCKSTEP_LAMBDA_INLINE {
+        ForKeys(t0, n, [&](int64_t j, auto u, auto keep) LOCKSTEP_LAMBDA_INLINE {
+          const VF& l = Nth<decltype(u)::value>(lD...);
+          VF& D = Nth<kBlockVectors + decltype(u)::value>(lD...);
+          float* at = pt + j * ld + static_cast<int64_t>(u) * N;
+          const VF p = hn::Div(hn::LoadU(d, at), l);
+          hn::StoreU(p, d, at);
+          D = keep(hn::MulAdd(p, hn::LoadU(d, st + j * ld + static_cast<int64_t>(u) * N), D), D);
+        });
+        const VF scale_v = hn::Set(d, scale);
+        ForKeys(t0, n, [&](int64_t j, auto u, auto) LOCKSTEP_LAMBDA_INLINE {
+          const VF& D = Nth<kBlockVectors + decltype(u)::value>(lD...);
+          float* at = st + j * ld + static_cast<int64_t>(u) * N;
+          const VF p = hn::LoadU(d, pt + j * ld + static_cast<int64_t>(u) * N);
+          hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(hn::LoadU(d, at), D)), scale_v), d, at);
+        });
+      });
 }
 
 // For the block's queries t in [t0, n): out_t[d] = chain over keys j <= t of w[t][j] * k_j[d]
@@ -226,30 +252,29 @@ HWY_INLINE void KeyGradTile(const float* HWY_RESTRICT w, int64_t ld, const float
                             int64_t out_stride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF acc[KB][U];
-  for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = first ? hn::Zero(d) : hn::LoadU(d, out + (j0 + i) * out_stride + d0 + u * N);
   const float* wj = w + j0 * ld;
-  // Queries before the tile's last key reach only the keys at or below them.
-  const int64_t full = std::max(tb, j0 + KB - 1);
-  for (int64_t t = std::max(tb, j0); t < std::min(te, full); ++t) {
-    VF yv[U];
-    for (int u = 0; u < U; ++u) yv[u] = hn::LoadU(d, y + t * y_stride + d0 + u * N);
-    for (int i = 0; i < KB && j0 + i <= t; ++i) {
-      const VF wv = hn::Set(d, wj[i * ld + t]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wv, yv[u], acc[i][u]);
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE {
+    return (j0 + static_cast<int64_t>(I / U)) * out_stride + d0 + static_cast<int64_t>(I % U) * N;
+  };
+  // Accumulator I: key j0 + I / U, vector I % U (tile-inl.hpp).
+  WithTile<KB * U>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
+                   [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    // Each vector of y and each weight is loaded once (the repeats fold away).
+    const auto fma = [&](VF& a_iu, size_t I_, int64_t t) LOCKSTEP_LAMBDA_INLINE {
+      const VF wv = hn::Set(d, wj[static_cast<int64_t>(I_ / U) * ld + t]);
+      a_iu = hn::MulAdd(wv, hn::LoadU(d, y + t * y_stride + d0 + static_cast<int64_t>(I_ % U) * N), a_iu);
+    };
+    // Queries before the tile's last key reach only the keys at or below them.
+    const int64_t full = std::max(tb, j0 + KB - 1);
+    for (int64_t t = std::max(tb, j0); t < std::min(te, full); ++t) {
+      const auto reaching = [&](VF& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+        if (j0 + static_cast<int64_t>(I_ / U) <= t) fma(a_iu, I_, t);
+      };
+      (reaching(acc, I), ...);
     }
-  }
-  for (int64_t t = full; t < te; ++t) {
-    VF yv[U];
-    for (int u = 0; u < U; ++u) yv[u] = hn::LoadU(d, y + t * y_stride + d0 + u * N);
-    for (int i = 0; i < KB; ++i) {
-      const VF wv = hn::Set(d, wj[i * ld + t]);
-      for (int u = 0; u < U; ++u) acc[i][u] = hn::MulAdd(wv, yv[u], acc[i][u]);
-    }
-  }
-  for (int i = 0; i < KB; ++i)
-    for (int u = 0; u < U; ++u) hn::StoreU(acc[i][u], d, out + (j0 + i) * out_stride + d0 + u * N);
+    for (int64_t t = full; t < te; ++t) (fma(acc, I, t), ...);
+    (hn::StoreU(acc, d, out + at(I)), ...);
+  });
 }
 
 // KeyGradTile over every d.

@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lockstep::simd {
@@ -110,21 +112,25 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RES
   if (!full && !first) {
     for (int i = 0; i < MR; ++i) std::memcpy(edge + i * NR, c + i * ldc, static_cast<size_t>(cols) * sizeof(float));
   }
-  hn::Vec<DF> acc[MR][kVectors];
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < kVectors; ++v)
-      acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
-  for (int64_t k = 0; k < kc; ++k) {
-    const TB* bk = b + k * NR;
-    hn::Vec<DF> bv[kVectors];
-    for (int v = 0; v < kVectors; ++v) bv[v] = LoadB(d, bk + v * N, scale, v * N);
-    for (int i = 0; i < MR; ++i) {
-      const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
-      for (int v = 0; v < kVectors; ++v) acc[i][v] = hn::MulAdd(ai, bv[v], acc[i][v]);
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][v], d, out + i * ldo + v * N);
+  // Accumulator I: row I / kVectors, vector I % kVectors (tile-inl.hpp).
+  WithTile<MR * kVectors>(
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE {
+        constexpr size_t i = decltype(I)::value / kVectors, v = decltype(I)::value % kVectors;
+        return first ? hn::Zero(d) : hn::LoadU(d, out + i * ldo + v * N);
+      },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+        for (int64_t k = 0; k < kc; ++k) {
+          const TB* bk = b + k * NR;
+          // Each row's broadcast and each vector of B are loaded once (the repeats fold away).
+          const auto fma = [&](hn::Vec<DF>& c_iv, size_t i, size_t v) LOCKSTEP_LAMBDA_INLINE {
+            const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
+            const int64_t at = static_cast<int64_t>(v) * N;
+            c_iv = hn::MulAdd(ai, LoadB(d, bk + at, scale, at), c_iv);
+          };
+          (fma(acc, I / kVectors, I % kVectors), ...);
+        }
+        (hn::StoreU(acc, d, out + (I / kVectors) * ldo + (I % kVectors) * N), ...);
+      });
   if (!full) {
     for (int i = 0; i < MR; ++i) std::memcpy(c + i * ldc, edge + i * NR, static_cast<size_t>(cols) * sizeof(float));
   }
@@ -150,25 +156,21 @@ HWY_INLINE void WideTile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
-  hn::Vec<DF> acc[MR][P][kVectors];
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < P; ++q)
-      for (int v = 0; v < kVectors; ++v)
-        acc[i][q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + i * ldc + q * NR + v * N);
-  for (int64_t k = 0; k < kc; ++k) {
-    hn::Vec<DF> ai[MR];
-    for (int i = 0; i < MR; ++i) ai[i] = hn::Set(d, a[i * lda + k]);
-    for (int q = 0; q < P; ++q) {
-      const TB* bk = b + q * panel_stride + k * NR;
-      for (int v = 0; v < kVectors; ++v) {
-        const auto bv = LoadB(d, bk + v * N, scale, q * NR + v * N);
-        for (int i = 0; i < MR; ++i) acc[i][q][v] = hn::MulAdd(ai[i], bv, acc[i][q][v]);
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < P; ++q)
-      for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[i][q][v], d, c + i * ldc + q * NR + v * N);
+  // Accumulator I: row I % MR, panel I / (MR kVectors), vector (I / MR) % kVectors.
+  constexpr size_t kTile = MR * P * kVectors;
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return (I % MR) * ldc + (I / (MR * kVectors)) * NR + ((I / MR) % kVectors) * N; };
+  WithTile<kTile>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, c + at(decltype(I)::value)); },
+                  [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+                    for (int64_t k = 0; k < kc; ++k) {
+                      const auto fma = [&](hn::Vec<DF>& c_iqv, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+                        const int64_t i = I_ % MR, q = I_ / (MR * kVectors), v = (I_ / MR) % kVectors;
+                        const auto bv = LoadB(d, b + q * panel_stride + k * NR + v * N, scale, q * NR + v * N);
+                        c_iqv = hn::MulAdd(hn::Set(d, a[i * lda + k]), bv, c_iqv);
+                      };
+                      (fma(acc, I), ...);
+                    }
+                    (hn::StoreU(acc, d, c + at(I)), ...);
+                  });
 }
 
 // M rows over the full panels of [p, full_end) in groups of P, then of P / 2, ... down to single
@@ -355,9 +357,8 @@ HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, i
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
-  hn::Vec<DF> acc[P][kVectors];
-  for (int q = 0; q < P; ++q)
-    for (int v = 0; v < kVectors; ++v) acc[q][v] = first ? hn::Zero(d) : hn::LoadU(d, c + q * NR + v * N);
+  // Accumulator I: panel I / kVectors, vector I % kVectors (tile-inl.hpp).
+  const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return static_cast<int64_t>(I / kVectors) * NR + static_cast<int64_t>(I % kVectors) * N; };
   const uint8_t* rows[P];
   const float* scales[P];
   for (int q = 0; q < P; ++q) {
@@ -365,38 +366,38 @@ HWY_INLINE void WideTileQ4(const float* HWY_RESTRICT a, const PackedMatrix& b, i
     scales[q] = b.panel_scales4(p + q);
   }
   const int64_t pairs = kc / 2;
-  for (int64_t i = 0; i < pairs; ++i) {
-    const int64_t kk = k0 + 2 * i;  // kk and kk + 1 share a group
-    const auto a0 = hn::Set(d, a[kk]);
-    const auto a1 = hn::Set(d, a[kk + 1]);
-    for (int q = 0; q < P; ++q) {
-      const uint8_t* row = rows[q] + i * NR;
-      if ((i * NR) % 64 == 0) hwy::Prefetch(row + kQ4Ahead);
-      const float* s = scales[q] + (kk / 32) * NR;
-      for (int v = 0; v < kVectors; ++v) {
-        hn::Vec<DF> lo, hi;
-        Nibbles(d, row + v * N, lo, hi);
-        const auto sv = hn::Load(d, s + v * N);
-        acc[q][v] = hn::MulAdd(a0, hn::Mul(lo, sv), acc[q][v]);
-        acc[q][v] = hn::MulAdd(a1, hn::Mul(hi, sv), acc[q][v]);
-      }
-    }
-  }
-  if (kc % 2 != 0) {  // K odd: the last row, alone in its byte's low nibble
-    const int64_t kk = k0 + kc - 1;
-    const auto a0 = hn::Set(d, a[kk]);
-    for (int q = 0; q < P; ++q) {
-      const uint8_t* row = rows[q] + pairs * NR;
-      const float* s = scales[q] + (kk / 32) * NR;
-      for (int v = 0; v < kVectors; ++v) {
-        hn::Vec<DF> lo, hi;
-        Nibbles(d, row + v * N, lo, hi);
-        acc[q][v] = hn::MulAdd(a0, hn::Mul(lo, hn::Load(d, s + v * N)), acc[q][v]);
-      }
-    }
-  }
-  for (int q = 0; q < P; ++q)
-    for (int v = 0; v < kVectors; ++v) hn::StoreU(acc[q][v], d, c + q * NR + v * N);
+  WithTile<P * kVectors>(
+      [&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, c + at(decltype(I)::value)); },
+      [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+        for (int64_t i = 0; i < pairs; ++i) {
+          const int64_t kk = k0 + 2 * i;  // kk and kk + 1 share a group
+          const auto a0 = hn::Set(d, a[kk]);
+          const auto a1 = hn::Set(d, a[kk + 1]);
+          if ((i * NR) % 64 == 0)
+            for (int q = 0; q < P; ++q) hwy::Prefetch(rows[q] + i * NR + kQ4Ahead);
+          const auto fma = [&](hn::Vec<DF>& c_qv, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+            const int64_t q = static_cast<int64_t>(I_ / kVectors), v = static_cast<int64_t>(I_ % kVectors);
+            hn::Vec<DF> lo, hi;
+            Nibbles(d, rows[q] + i * NR + v * N, lo, hi);
+            const auto sv = hn::Load(d, scales[q] + (kk / 32) * NR + v * N);
+            c_qv = hn::MulAdd(a0, hn::Mul(lo, sv), c_qv);
+            c_qv = hn::MulAdd(a1, hn::Mul(hi, sv), c_qv);
+          };
+          (fma(acc, I), ...);
+        }
+        if (kc % 2 != 0) {  // K odd: the last row, alone in its byte's low nibble
+          const int64_t kk = k0 + kc - 1;
+          const auto a0 = hn::Set(d, a[kk]);
+          const auto last = [&](hn::Vec<DF>& c_qv, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+            const int64_t q = static_cast<int64_t>(I_ / kVectors), v = static_cast<int64_t>(I_ % kVectors);
+            hn::Vec<DF> lo, hi;
+            Nibbles(d, rows[q] + pairs * NR + v * N, lo, hi);
+            c_qv = hn::MulAdd(a0, hn::Mul(lo, hn::Load(d, scales[q] + (kk / 32) * NR + v * N)), c_qv);
+          };
+          (last(acc, I), ...);
+        }
+        (hn::StoreU(acc, d, c + at(I)), ...);
+      });
 }
 
 // The full panels of [p, full_end) in groups of P, P / 2, ... 1 (as WidePanels); returns the

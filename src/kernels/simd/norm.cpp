@@ -7,10 +7,12 @@
 
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lockstep::simd {
@@ -107,16 +109,21 @@ void RmsNormBackwardWeightChains(const float* HWY_RESTRICT x, const float* HWY_R
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = i0;
   for (; i + 4 * N <= i1; i += 4 * N) {
-    hn::Vec<decltype(d)> acc[4];
-    for (int u = 0; u < 4; ++u) acc[u] = accumulate ? hn::LoadU(d, dw + i + u * N) : hn::Zero(d);
-    for (int64_t r = 0; r < R; ++r) {
-      const auto rv = hn::Set(d, inv_rms[r]);
-      for (int u = 0; u < 4; ++u) {
-        const auto xhat = hn::Mul(hn::LoadU(d, x + r * n + i + u * N), rv);
-        acc[u] = hn::MulAdd(hn::LoadU(d, dy + r * n + i + u * N), xhat, acc[u]);
+    WithTile<4>(
+        [&](auto U) LOCKSTEP_LAMBDA_INLINE {
+          return accumulate ? hn::LoadU(d, dw + i + static_cast<int64_t>(decltype(U)::value) * N) : hn::Zero(d);
+        },
+        [&]<size_t... U>(std::index_sequence<U...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+      for (int64_t r = 0; r < R; ++r) {
+        const auto rv = hn::Set(d, inv_rms[r]);
+        const auto fma = [&](hn::Vec<decltype(d)>& a_u, int64_t u) LOCKSTEP_LAMBDA_INLINE {
+          const auto xhat = hn::Mul(hn::LoadU(d, x + r * n + i + u * N), rv);
+          a_u = hn::MulAdd(hn::LoadU(d, dy + r * n + i + u * N), xhat, a_u);
+        };
+        (fma(acc, static_cast<int64_t>(U)), ...);
       }
-    }
-    for (int u = 0; u < 4; ++u) hn::StoreU(acc[u], d, dw + i + u * N);
+      (hn::StoreU(acc, d, dw + i + static_cast<int64_t>(U) * N), ...);
+    });
   }
   for (; i + N <= i1; i += N) {
     auto acc = accumulate ? hn::LoadU(d, dw + i) : hn::Zero(d);

@@ -78,6 +78,12 @@ std::vector<const Kernels*> supported_kernels() {
 #if HWY_TARGETS & HWY_AVX2
   add(HWY_AVX2, &N_AVX2::GetKernels);
 #endif
+#if HWY_TARGETS & HWY_SVE2_128
+  add(HWY_SVE2_128, &N_SVE2_128::GetKernels);
+#endif
+#if HWY_TARGETS & HWY_SVE_256
+  add(HWY_SVE_256, &N_SVE_256::GetKernels);
+#endif
 #if HWY_TARGETS & HWY_SVE2
   add(HWY_SVE2, &N_SVE2::GetKernels);
 #endif
