@@ -11,7 +11,8 @@
 # failing length stops the rest.
 #   tools/sve_lengths.sh BUILD_DIR [VQ ...]      e.g. tools/sve_lengths.sh build-aarch64 1 2 4 16
 # Environment: SVE_KERNELS_FILTER, SVE_MODEL_FILTER (gtest filters; by default every kernel sweep
-# and golden test of test_arm, which takes hours under qemu), SVE_TARGETS (a LOCKSTEP_TEST_TARGETS
+# and golden test of test_arm, which takes hours under qemu; SVE_MODEL_FILTER_<VQ> replaces the
+# model filter at one length), SVE_TARGETS (a LOCKSTEP_TEST_TARGETS
 # list for every length instead of the ones above), SVE_GOLDEN_BEST=1 (the golden hashes on the
 # length's best target only), SVE_GOLDEN_MODELS (LOCKSTEP_GOLDEN_MODELS: the golden models to
 # check, e.g. "default"; "rotate": default-bf16 at 128 bits, default-gqa at 256, default at 512,
@@ -51,9 +52,11 @@ run_length() {
   echo "sve_lengths: $bits-bit SVE (sve-max-vq=$vq): kernels on $targets (--gtest_filter=Targets.*:$kernels_filter)"
   LOCKSTEP_EXPECT_VECTOR_BITS=$bits LOCKSTEP_TEST_TARGETS=$targets "${qemu[@]}" "$dir/tests/test_arm" \
     --gtest_filter="Targets.*:$kernels_filter" --gtest_brief=1 || status=$?
-  echo "sve_lengths: $bits-bit SVE: golden hashes on $golden_targets (--gtest_filter=$model_filter${models:+, models $models})"
+  local length_filter="SVE_MODEL_FILTER_$vq"  # e.g. SVE_MODEL_FILTER_1: this length's own filter
+  local filter=${!length_filter:-$model_filter}
+  echo "sve_lengths: $bits-bit SVE: whole models on $golden_targets (--gtest_filter=$filter${models:+, models $models})"
   LOCKSTEP_GOLDEN_MODELS=$models LOCKSTEP_TEST_TARGETS=$golden_targets "${qemu[@]}" "$dir/tests/test_arm" \
-    --gtest_filter="$model_filter" --gtest_brief=1 || status=$?
+    --gtest_filter="$filter" --gtest_brief=1 || status=$?
   if [ "$status" -ne 0 ]; then echo "sve_lengths: $bits-bit SVE FAILED (status $status)"; return "$status"; fi
   echo "sve_lengths: $bits-bit SVE passed in $((SECONDS - began)) s"
 }
