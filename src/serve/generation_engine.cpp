@@ -137,7 +137,13 @@ void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::stri
       // Not filed (out of memory): a later request computes those rows itself.
     }
   }
+  leaving();
   job.on_done(finish, error);
+}
+
+void GenerationEngine::leaving() {
+  std::lock_guard lock(mutex_);
+  if (active_count_ > 0) --active_count_;
 }
 
 namespace {
@@ -287,6 +293,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
       steps.push_back({&job->generator->session(), *tokens, job->generator->logits_buffer(), nullptr});
       stepping.push_back(job);
     } catch (const std::exception& e) {
+      leaving();
       job->on_done(Finish::error, e.what());
       job.reset();
     }
@@ -301,6 +308,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
   for (size_t i = 0; i < stepping.size(); ++i) {
     const std::shared_ptr<GenerationJob>& job = stepping[i];
     if (!errors[i].empty()) {
+      leaving();
       job->on_done(Finish::error, errors[i]);
       std::erase(active, job);
       continue;
