@@ -183,8 +183,11 @@ def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, a
         for text, _, _, _ in streams.results:
             assert text == expected_long[streams.key]
 
-    # The stream cut by the SIGKILL resumed elsewhere; the one on the draining replica finished there.
-    assert any(attempts > 1 and r[0] == "r1" and set(r[1:]) - {"r1"} for _, attempts, r, _ in on_r1.results), \
+    # The stream cut by the SIGKILL resumed (its text, checked above, is the answer alone). Its
+    # retry goes to another replica, or to r1's new process when that is up before HAProxy's
+    # checks mark r1 down (both seen under ctest -j2), so the test asks for the resume, not where.
+    # The one on the draining replica finished there.
+    assert any(attempts > 1 and r[0] == "r1" for _, attempts, r, _ in on_r1.results), \
         [(a, r) for _, a, r, _ in on_r1.results]
     drained_stream = [r for r in on_r2.results if r[3] is draining]
     assert drained_stream and draining.attempts == draining_attempts and draining.replicas[-1] == "r2", \
