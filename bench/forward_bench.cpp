@@ -306,23 +306,34 @@ void BM_DecodePacked(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodePacked)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// A prefill's one row: a full window of random ids (stream 3), the last position's logits out.
+struct WindowRow {
+  std::vector<int32_t> ids;
+  mutable std::vector<float> logits;
+  RowRequest request;
+  explicit WindowRow(const ModelConfig& c)
+      : ids(static_cast<size_t>(c.length)), logits(static_cast<size_t>(c.vocab_size)) {
+    for (int32_t t = 0; t < c.length; ++t)
+      ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
+    request.ids = ids;
+    request.out_begin = c.length - 1;
+    request.out_end = c.length;
+    request.logits = logits.data();
+  }
+  WindowRow(const WindowRow&) = delete;
+  WindowRow& operator=(const WindowRow&) = delete;
+};
+
 // Prefill of l768 by storage: one full 256-token window. Args {packing, threads}.
 void BM_PrefillPacked(benchmark::State& state) {
   const int packing = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   const auto model = packed_model(packing, threads);
   const ModelConfig c = shape_config(1);
-  std::vector<int32_t> ids(static_cast<size_t>(c.length));
-  for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
-  RowRequest r;
-  r.ids = ids;
-  r.out_begin = c.length - 1;
-  r.out_end = c.length;
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  r.logits = logits.data();
+  const WindowRow row(c);
   for (auto _ : state) {
-    model->forward({&r, 1}, {Device::cpu, threads});
-    benchmark::DoNotOptimize(logits.data());
+    model->forward({&row.request, 1}, {Device::cpu, threads});
+    benchmark::DoNotOptimize(row.logits.data());
   }
   state.SetLabel(std::string("l768 ") + packing_name(packing));
   state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
@@ -441,20 +452,13 @@ void BM_PrefillM1024(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(1));
   const auto model = m1024_model(packing);
   const ModelConfig c = m1024_config();
-  std::vector<int32_t> ids(static_cast<size_t>(c.length));
-  for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(random_below(256, 3, 0, static_cast<uint64_t>(t)));
-  RowRequest r;
-  r.ids = ids;
-  r.out_begin = c.length - 1;
-  r.out_end = c.length;
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  r.logits = logits.data();
+  const WindowRow row(c);
   double cpu_seconds = 0;
   for (auto _ : state) {
     const double cpu_start = process_cpu_seconds();
-    model->forward({&r, 1}, {Device::cpu, threads});
+    model->forward({&row.request, 1}, {Device::cpu, threads});
     cpu_seconds += process_cpu_seconds() - cpu_start;
-    benchmark::DoNotOptimize(logits.data());
+    benchmark::DoNotOptimize(row.logits.data());
   }
   state.SetLabel(std::string("m1024 ") + packing_name(packing));
   state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);

@@ -72,13 +72,7 @@ std::vector<float> fast(const Kernels& k, const Window& w, const Tile& tile) {
   return out;
 }
 
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-        << what << ": first difference at " << i << ": " << got[i] << " vs reference " << want[i];
-}
+using test::expect_same;
 
 // The tiles of q queries covering positions [0, T) of a prefill (query t reads t + 1 keys), or,
 // for long windows, three of them: the first, one starting mid-window at an odd position, the last.

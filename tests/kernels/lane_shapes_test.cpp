@@ -25,15 +25,7 @@ namespace {
 
 using simd::Kernels;
 
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
-      FAIL() << what << ": first difference at " << i << ": " << got[i] << " (0x" << std::hex
-             << std::bit_cast<uint32_t>(got[i]) << ") vs reference " << want[i] << " (0x"
-             << std::bit_cast<uint32_t>(want[i]) << ")";
-}
+using test::expect_same;
 
 // Column counts for panel width P: a partial first panel, one full panel and its neighbours, a
 // full panel and a partial one, and 9 full panels and a partial one (one group of 8 wide panels,

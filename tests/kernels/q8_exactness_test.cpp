@@ -22,13 +22,7 @@ namespace {
 
 using simd::Kernels;
 
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
-      FAIL() << what << ": first difference at " << i << ": " << got[i] << " vs reference " << want[i];
-}
+using test::expect_same;
 
 struct Q8 {
   std::vector<int8_t> q;

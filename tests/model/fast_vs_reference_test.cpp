@@ -62,7 +62,7 @@ TEST(FastPath, LogitsHiddenAndLossEqualTheReference) {
       ModelOptions ref_options;
       ref_options.precision = precision;
       const auto reference = Model::from_parameters(c, params, ref_options);
-      for (const std::string& target : simd_targets()) {
+      for (const std::string& target : test::targets_under_test()) {
         ModelOptions options;
         options.precision = precision;
         options.simd_target = target;
@@ -127,7 +127,7 @@ TEST(FastPath, DecodeStepsSplitOrNotEqualTheReference) {
       const auto all = reference->logits({ids.data(), 1, last + 1}, {}, {Device::reference, std::nullopt});
       want_batch.emplace_back(all.end() - c.vocab_size, all.end());
     }
-    for (const std::string& target : simd_targets()) {
+    for (const std::string& target : test::targets_under_test()) {
       ModelOptions options;
       options.precision = precision;
       options.simd_target = target;

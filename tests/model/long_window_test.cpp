@@ -37,7 +37,7 @@ TEST(LongWindow, PrefillAndSessionsInTilesEqualTheReference) {
     const std::vector<int32_t> lengths = {c.length, 131};
     const auto want = reference->logits({ids.data(), 2, T}, lengths, {Device::reference, std::nullopt});
     const int chunks[] = {100, 57, 1, 97, 45};  // appends ending at 100, 157, 158, 255, 300
-    for (const std::string& target : simd_targets()) {
+    for (const std::string& target : test::targets_under_test()) {
       ModelOptions options;
       options.simd_target = target;
       const auto fast = Model::from_parameters(c, params, options);

@@ -98,7 +98,7 @@ TEST_P(Q8Packed, LogitsEqualTheExpandedModelsOnEveryTargetThreadCountAndBatch) {
     const std::string dir = dir_ + "/m" + std::to_string(n++);
     const auto expanded = write_q8_model(dir, c, init_parameters(c, 17), packing_);
     const auto f32 = Model::from_parameters(c, expanded);
-    for (const std::string& target : simd_targets()) {
+    for (const std::string& target : test::targets_under_test()) {
       LoadOptions options;
       options.simd_target = target;
       const auto q8 = Model::load(dir, options);
@@ -150,7 +150,7 @@ TEST_P(Q8Packed, SessionsDecodeTheExpandedModelsBits) {
   const auto f32 = Model::from_parameters(c, expanded);
   const auto ids = test::random_ids(c.length, c.vocab_size, 77);
   const auto all = f32->logits({ids.data(), 1, c.length}, {}, {Device::reference, std::nullopt});
-  for (const std::string& target : simd_targets()) {
+  for (const std::string& target : test::targets_under_test()) {
     LoadOptions options;
     options.simd_target = target;
     const auto q8 = Model::load(dir_ + "/m", options);

@@ -99,7 +99,7 @@ TEST(Resident, Bf16ModelHoldsOneCopyOfItsWeightsAndExpandsThemBitForBit) {
   }
   const auto ids = test::random_ids(c.length, c.vocab_size, 11);
   std::vector<float> want;
-  for (const std::string& target : simd_targets()) {
+  for (const std::string& target : test::targets_under_test()) {
     for (const bool reference_first : {false, true}) {
       ModelOptions o;
       o.precision = Precision::bf16;
@@ -138,7 +138,7 @@ TEST(Resident, F32ExpansionGivesTheOriginalBitsOnEveryTarget) {
   Trainer direct(c, params);
   const uint32_t want_loss = direct.train_step({batch.data(), c.batch, c.length + 1});
   std::vector<float> want;
-  for (const std::string& target : simd_targets()) {
+  for (const std::string& target : test::targets_under_test()) {
     for (const int first : {0, 1, 2}) {
       ModelOptions o;
       o.simd_target = target;

@@ -21,7 +21,7 @@ std::vector<float> full_logits_at(const Model& model, std::span<const int32_t> i
 TEST(Session, AppendsGiveTheFullPassBitsAtEveryPosition) {
   for (const ModelConfig& c : {test::tiny_config(24), test::tiny_gqa_config(20)}) {
     const auto params = init_parameters(c, 11);
-    for (const std::string& target : simd_targets()) {
+    for (const std::string& target : test::targets_under_test()) {
       for (const Precision precision : {Precision::f32, Precision::bf16}) {
         ModelOptions o;
         o.simd_target = target;

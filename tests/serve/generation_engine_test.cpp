@@ -35,128 +35,11 @@ GenerateOptions options(uint64_t seed, int32_t tokens) {
   return g;
 }
 
-TEST(GenerationEngine, BatchedTokensEqualSoloTokens) {
-  const auto model = tiny_model();
-  constexpr int jobs = 24;
-  std::vector<std::vector<int32_t>> solo(jobs), batched(jobs);
-  std::vector<std::vector<int32_t>> prompts(jobs);
-  for (int i = 0; i < jobs; ++i) {
-    for (int k = 0; k <= i % 9; ++k) prompts[i].push_back(40 + i + k);
-    Generator g(model, prompts[i], options(100 + i, 20 + 3 * i));  // past the window for most
-    while (auto t = g.next()) solo[i].push_back(*t);
-  }
-  Metrics metrics;
-  std::mutex mutex;
-  std::condition_variable cv;
-  int done = 0;
-  {
-    GenerationEngine engine(64, 64, {}, metrics);
-    for (int i = 0; i < jobs; ++i) {
-      auto job = std::make_shared<GenerationJob>();
-      job->generator = std::make_unique<Generator>(model, prompts[i], options(100 + i, 20 + 3 * i));
-      job->max_tokens = 20 + 3 * i;
-      job->on_token = [&, i](int32_t t, std::span<const float>) { batched[i].push_back(t); };
-      job->on_done = [&](Finish f, const std::string&) {
-        EXPECT_EQ(f, Finish::length);
-        std::lock_guard lock(mutex);
-        ++done;
-        cv.notify_all();
-      };
-      ASSERT_TRUE(engine.submit(job));
-    }
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == jobs; }));
-  }
-  EXPECT_EQ(batched, solo);
-}
-
-// A step of many generations runs on lanes (chunks of whole sessions, one single-threaded call
-// each, on three threads here whatever the machine has): every generation still gets the tokens
-// and the logits' bits it gets alone, prompts of every length (a step mixes prefills and decoding)
-// and restarts past the window included. With one thread no step runs on lanes.
-TEST(GenerationEngine, StepsOnLanesGiveEveryGenerationItsBitsAlone) {
-  const auto model = tiny_model();
-  constexpr int jobs = 40;
-  std::vector<std::vector<int32_t>> prompts(jobs);
-  std::vector<std::vector<int32_t>> solo(jobs);
-  std::vector<std::vector<float>> solo_logits(jobs);
-  for (int i = 0; i < jobs; ++i) {
-    for (int k = 0; k <= (i * 7) % 29; ++k) prompts[i].push_back((3 * i + 5 * k) % 256);
-    Generator g(model, prompts[i], options(500 + i, 5 + (i * 11) % 40));
-    while (auto t = g.next()) {
-      solo[i].push_back(*t);
-      solo_logits[i].insert(solo_logits[i].end(), g.logits().begin(), g.logits().end());
-    }
-  }
-  for (int threads : {3, 1}) {
-    SCOPED_TRACE("threads " + std::to_string(threads));
-    Metrics metrics;
-    std::mutex mutex;
-    std::condition_variable cv;
-    int done = 0;
-    std::vector<std::vector<int32_t>> batched(jobs);
-    std::vector<std::vector<float>> batched_logits(jobs);
-    CallOptions call;
-    call.threads = threads;
-    GenerationEngine engine(64, 64, call, metrics);
-    for (int i = 0; i < jobs; ++i) {
-      auto job = std::make_shared<GenerationJob>();
-      job->generator = std::make_unique<Generator>(model, prompts[i], options(500 + i, 5 + (i * 11) % 40));
-      job->max_tokens = 5 + (i * 11) % 40;
-      job->on_token = [&, i](int32_t t, std::span<const float> logits) {
-        batched[i].push_back(t);
-        batched_logits[i].insert(batched_logits[i].end(), logits.begin(), logits.end());
-      };
-      job->on_done = [&](Finish f, const std::string& error) {
-        EXPECT_EQ(f, Finish::length) << error;
-        std::lock_guard lock(mutex);
-        ++done;
-        cv.notify_all();
-      };
-      ASSERT_TRUE(engine.submit(job));
-    }
-    {
-      std::unique_lock lock(mutex);
-      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == jobs; }));
-    }
-    EXPECT_EQ(batched, solo);
-    for (int i = 0; i < jobs; ++i) {
-      ASSERT_EQ(batched_logits[i].size(), solo_logits[i].size()) << i;
-      EXPECT_EQ(std::memcmp(batched_logits[i].data(), solo_logits[i].data(), solo_logits[i].size() * sizeof(float)), 0)
-          << "generation " << i;
-    }
-    if (threads > 1) EXPECT_GT(engine.lane_steps(), 0u);
-    else EXPECT_EQ(engine.lane_steps(), 0u);
-  }
-}
-
-TEST(GenerationEngine, CancelledJobsLeaveWithAbort) {
-  const auto model = tiny_model();
-  Metrics metrics;
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::optional<Finish> finish;
-  GenerationEngine engine(4, 4, {}, metrics);
-  auto job = std::make_shared<GenerationJob>();
-  const std::vector<int32_t> prompt = {1, 2, 3};
-  job->generator = std::make_unique<Generator>(model, prompt, options(1, 1 << 30));
-  job->max_tokens = 1 << 30;
-  job->on_token = [](int32_t, std::span<const float>) {};
-  job->on_done = [&](Finish f, const std::string&) {
-    std::lock_guard lock(mutex);
-    finish = f;
-    cv.notify_all();
-  };
-  ASSERT_TRUE(engine.submit(job));
-  job->cancelled.store(true);
-  std::unique_lock lock(mutex);
-  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finish.has_value(); }));
-  EXPECT_EQ(*finish, Finish::abort);
-}
-
-// Runs one generation through `engine` and waits for its end.
+// What one generation through an engine gave: its tokens, the logits each was drawn from, one
+// after another, and how it ended.
 struct Outcome {
   std::vector<int32_t> tokens;
+  std::vector<float> logits;
   Finish finish = Finish::error;
 };
 
@@ -171,7 +54,10 @@ std::vector<std::shared_ptr<GenerationJob>> submit_all(GenerationEngine& engine,
     auto job = std::make_shared<GenerationJob>();
     job->generator = std::make_unique<Generator>(model, prompts[i], opts[i]);
     job->max_tokens = opts[i].max_tokens;
-    job->on_token = [&outcomes, i](int32_t t, std::span<const float>) { outcomes[i].tokens.push_back(t); };
+    job->on_token = [&outcomes, i](int32_t t, std::span<const float> logits) {
+      outcomes[i].tokens.push_back(t);
+      outcomes[i].logits.insert(outcomes[i].logits.end(), logits.begin(), logits.end());
+    };
     job->on_done = [&outcomes, &mutex, &cv, &done, i](Finish f, const std::string&) {
       std::lock_guard lock(mutex);
       outcomes[i].finish = f;
@@ -202,6 +88,87 @@ std::vector<int32_t> solo_tokens(const std::shared_ptr<const Model>& model, cons
   std::vector<int32_t> out;
   while (auto t = g.next()) out.push_back(*t);
   return out;
+}
+
+TEST(GenerationEngine, BatchedTokensEqualSoloTokens) {
+  const auto model = tiny_model();
+  constexpr int jobs = 24;
+  std::vector<std::vector<int32_t>> prompts(jobs);
+  std::vector<GenerateOptions> opts;
+  for (int i = 0; i < jobs; ++i) {
+    for (int k = 0; k <= i % 9; ++k) prompts[i].push_back(40 + i + k);
+    opts.push_back(options(100 + i, 20 + 3 * i));  // past the window for most
+  }
+  Metrics metrics;
+  GenerationEngine engine(64, 64, {}, metrics);
+  const std::vector<Outcome> batched = run_all(engine, model, prompts, opts);
+  for (int i = 0; i < jobs; ++i) {
+    EXPECT_EQ(batched[i].finish, Finish::length) << i;
+    EXPECT_EQ(batched[i].tokens, solo_tokens(model, prompts[i], opts[i])) << i;
+  }
+}
+
+// A step of many generations runs on lanes (chunks of whole sessions, one single-threaded call
+// each, on three threads here whatever the machine has): every generation still gets the tokens
+// and the logits' bits it gets alone, prompts of every length (a step mixes prefills and decoding)
+// and restarts past the window included. With one thread no step runs on lanes.
+TEST(GenerationEngine, StepsOnLanesGiveEveryGenerationItsBitsAlone) {
+  const auto model = tiny_model();
+  constexpr int jobs = 40;
+  std::vector<std::vector<int32_t>> prompts(jobs);
+  std::vector<GenerateOptions> opts;
+  std::vector<std::vector<int32_t>> solo(jobs);
+  std::vector<std::vector<float>> solo_logits(jobs);
+  for (int i = 0; i < jobs; ++i) {
+    for (int k = 0; k <= (i * 7) % 29; ++k) prompts[i].push_back((3 * i + 5 * k) % 256);
+    opts.push_back(options(500 + i, 5 + (i * 11) % 40));
+    Generator g(model, prompts[i], opts[i]);
+    while (auto t = g.next()) {
+      solo[i].push_back(*t);
+      solo_logits[i].insert(solo_logits[i].end(), g.logits().begin(), g.logits().end());
+    }
+  }
+  for (int threads : {3, 1}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    Metrics metrics;
+    CallOptions call;
+    call.threads = threads;
+    GenerationEngine engine(64, 64, call, metrics);
+    const std::vector<Outcome> batched = run_all(engine, model, prompts, opts);
+    for (int i = 0; i < jobs; ++i) {
+      EXPECT_EQ(batched[i].finish, Finish::length) << i;
+      EXPECT_EQ(batched[i].tokens, solo[i]) << i;
+      ASSERT_EQ(batched[i].logits.size(), solo_logits[i].size()) << i;
+      EXPECT_EQ(std::memcmp(batched[i].logits.data(), solo_logits[i].data(), solo_logits[i].size() * sizeof(float)), 0)
+          << "generation " << i;
+    }
+    if (threads > 1) EXPECT_GT(engine.lane_steps(), 0u);
+    else EXPECT_EQ(engine.lane_steps(), 0u);
+  }
+}
+
+TEST(GenerationEngine, CancelledJobsLeaveWithAbort) {
+  const auto model = tiny_model();
+  Metrics metrics;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::optional<Finish> finish;
+  GenerationEngine engine(4, 4, {}, metrics);
+  auto job = std::make_shared<GenerationJob>();
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  job->generator = std::make_unique<Generator>(model, prompt, options(1, 1 << 30));
+  job->max_tokens = 1 << 30;
+  job->on_token = [](int32_t, std::span<const float>) {};
+  job->on_done = [&](Finish f, const std::string&) {
+    std::lock_guard lock(mutex);
+    finish = f;
+    cv.notify_all();
+  };
+  ASSERT_TRUE(engine.submit(job));
+  job->cancelled.store(true);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finish.has_value(); }));
+  EXPECT_EQ(*finish, Finish::abort);
 }
 
 // A model past 16 M weights a token (here one layer of d_model 1024: 17 M) reads its weights from

@@ -1,10 +1,13 @@
 #include "support/test_util.hpp"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -69,6 +72,16 @@ std::string sha256_of(std::span<const float> values) { return sha256_f32_le(valu
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+void expect_same(std::span<const float> got, std::span<const float> want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  if (std::memcmp(got.data(), want.data(), got.size_bytes()) == 0) return;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
+      FAIL() << what << ": first difference at " << i << ": " << got[i] << " (0x" << std::hex
+             << std::bit_cast<uint32_t>(got[i]) << ") vs reference " << want[i] << " (0x"
+             << std::bit_cast<uint32_t>(want[i]) << ")";
 }
 
 CommandResult run_command(const std::vector<std::string>& argv, const std::string& input) {

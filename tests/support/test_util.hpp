@@ -36,6 +36,9 @@ std::vector<float> random_floats(int64_t count, uint64_t seed, double scale = 1.
 
 std::string sha256_of(std::span<const float> values);
 bool same_bits(std::span<const float> a, std::span<const float> b);
+// Fails the current test (gtest's FAIL, returning from here) unless got and want hold the same
+// bits; the message names `what` and the first differing element, both values and their bits.
+void expect_same(std::span<const float> got, std::span<const float> want, const std::string& what);
 
 struct CommandResult {
   int status = -1;  // exit status, or 128 + signal
