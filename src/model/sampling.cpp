@@ -1,6 +1,8 @@
 #include "lockstep/sampling.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 
 #include "core/fpenv.hpp"
@@ -27,12 +29,22 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, in
   if (trace) *trace = SampleTrace{};
   if (o.temperature == 0.0f) return greedy_choice(logits);
   // Candidates by logit, highest first, ties to the lower id; NaN never a candidate.
-  std::vector<int32_t> order;
-  order.reserve(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] == logits[i]) order.push_back(static_cast<int32_t>(i));
-  if (order.empty()) throw Error(ErrorKind::invalid_argument, "every logit is NaN; no token can be chosen");
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+  // Sorted as one integer each: the logit's bits mapped so that a higher logit is a smaller
+  // key (with -0 as +0, which compare equal), then the id. Keys are distinct, so any sort gives
+  // the order of a stable sort by logit, highest first.
+  std::vector<uint64_t> keys;
+  keys.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float z = logits[i];
+    if (z != z) continue;
+    const uint32_t bits = z == 0.0f ? 0u : std::bit_cast<uint32_t>(z);
+    const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    keys.push_back(static_cast<uint64_t>(~ascending) << 32 | static_cast<uint32_t>(i));
+  }
+  if (keys.empty()) throw Error(ErrorKind::invalid_argument, "every logit is NaN; no token can be chosen");
+  std::sort(keys.begin(), keys.end());
+  std::vector<int32_t> order(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) order[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < order.size()) order.resize(static_cast<size_t>(o.top_k));
   // Weights exp((z - max) / T) in f32 with the profile's exp; sums in f64, in candidate order.
   // A logit equal to the highest weighs exactly 1 (z - max is taken as 0, so that infinite

@@ -3,6 +3,9 @@
 // the context restarts as include/lockstep/generator.hpp defines; errors come before any output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "core/sha256.hpp"
 #include "lockstep/generator.hpp"
 #include "lockstep/model.hpp"
@@ -269,6 +272,30 @@ TEST(Sampling, InfiniteLogitsGiveWeightsNotNaN) {
   std::vector<int> seen(4, 0);
   for (int64_t step = 0; step < 400; ++step) ++seen[static_cast<size_t>(sample_token(none, {0.5f, 0, 1.0f, 3}, step))];
   for (int c : seen) EXPECT_GT(c, 50);
+}
+
+// The candidates' order is a stable sort by logit, highest first: equal logits (+0 and -0
+// among them) by increasing id, NaN left out, infinities at the ends. sample_token sorts packed
+// integer keys; a change there that reorders ties changes which id a draw lands on.
+TEST(Sampling, CandidatesAreAStableSortByLogit) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float denormal = std::numeric_limits<float>::denorm_min();
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    std::vector<float> logits(1 + seed % 300);
+    const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, inf, -inf, nan, denormal, -denormal, 1e30f, -1e30f};
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const uint64_t r = (seed * 2654435761u + i * 40503u) % 97;
+      logits[i] = r < 12 ? pool[r] : static_cast<float>(static_cast<int>(r % 23) - 11) * 0.25f;
+    }
+    std::vector<int32_t> want;
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] == logits[i]) want.push_back(static_cast<int32_t>(i));
+    std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    if (want.empty()) continue;
+    SampleTrace trace;
+    sample_token(logits, {1.0f, 0, 1.0f, seed}, 0, &trace);
+    EXPECT_EQ(trace.candidates, want) << "seed " << seed;
+  }
 }
 
 }  // namespace

@@ -35,17 +35,7 @@ std::string target_names() {
   return s;
 }
 
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
-      FAIL() << what << ": first difference at " << i << ": " << got[i] << " (0x" << std::hex
-             << std::bit_cast<uint32_t>(got[i]) << ") vs reference " << want[i] << " (0x"
-             << std::bit_cast<uint32_t>(want[i]) << ")";
-    }
-  }
-}
+using test::expect_same;
 
 const int kSizes[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 64, 100, 257};
 
@@ -252,17 +242,23 @@ TEST(Attention, EqualsReferenceWithTransposedKeys) {
         const auto q = test::random_floats(hd, seed++);
         const auto keys = test::random_floats(int64_t{n} * stride, seed++);
         const auto values = test::random_floats(int64_t{n} * stride, seed++);
-        const int ldk = n + 5;
-        std::vector<float> kt(static_cast<size_t>(hd) * ldk, 0.0f);
-        for (int j = 0; j < n; ++j)
-          for (int d = 0; d < hd; ++d) kt[static_cast<size_t>(d) * ldk + j] = keys[static_cast<size_t>(j) * stride + d];
         const float scale = ref::attention_scale<float>(hd);
         std::vector<float> want(static_cast<size_t>(hd)), got(static_cast<size_t>(hd));
         std::vector<float> scratch(static_cast<size_t>(n));
         ref::attention(q.data(), keys.data(), values.data(), stride, n, hd, scale, want.data(), scratch.data());
-        k->attention(q.data(), kt.data(), ldk, values.data(), stride, n, hd, scale, got.data(), scratch.data());
-        expect_same(got, want, std::string(k->name) + " attention n=" + std::to_string(n) +
-                                   " hd=" + std::to_string(hd));
+        // Rows of keys with little room past n (a scalar tail), and with room for a whole vector
+        // at any width (a partial last vector, whose lanes past n read keys that would score
+        // above every real one, and must be dropped).
+        for (const int ldk : {n + 5, n + 67}) {
+          std::vector<float> kt(static_cast<size_t>(hd) * ldk);
+          for (int d = 0; d < hd; ++d)
+            std::fill_n(kt.begin() + static_cast<int64_t>(d) * ldk, ldk, q[static_cast<size_t>(d)] > 0 ? 1e4f : -1e4f);
+          for (int j = 0; j < n; ++j)
+            for (int d = 0; d < hd; ++d) kt[static_cast<size_t>(d) * ldk + j] = keys[static_cast<size_t>(j) * stride + d];
+          k->attention(q.data(), kt.data(), ldk, values.data(), stride, n, hd, scale, got.data(), scratch.data());
+          expect_same(got, want, std::string(k->name) + " attention n=" + std::to_string(n) + " hd=" + std::to_string(hd) +
+                                     " ldk=" + std::to_string(ldk));
+        }
       }
     }
   }

@@ -28,10 +28,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 
-// scores[j0 .. j0 + U N) = (q . k_j) * scale, U vectors of keys at once for independent chains.
+// scores[j0 .. j0 + (U - 1) N + last) = (q . k_j) * scale, U vectors of keys at once for
+// independent chains, the last vector's first `last` lanes only (its other lanes read keys at or
+// past n, within kt's rows, and are dropped: neither stored nor in the maximum).
 template <int U>
 HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t ldk,
-                              int64_t j0, int32_t head_dim, hn::Vec<DF> scale, float* scores,
+                              int64_t j0, int64_t last, int32_t head_dim, hn::Vec<DF> scale, float* scores,
                               hn::Vec<DF> m) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -41,15 +43,42 @@ HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_REST
       const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
       ((acc = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
     }
-    // The running maximum takes the vectors in increasing u, as before.
+    // The running maximum takes the vectors in increasing u (the order of a maximum changes no bit).
     const auto finish = [&](hn::Vec<DF> a_u, int64_t u) LOCKSTEP_LAMBDA_INLINE {
       const auto s = hn::Mul(a_u, scale);
-      hn::StoreU(s, d, scores + j0 + u * N);
-      m = MaxSkipNaN(m, s);
+      if (u + 1 < U || last == N) {
+        hn::StoreU(s, d, scores + j0 + u * N);
+        m = MaxSkipNaN(m, s);
+      } else {
+        HWY_ALIGN float part[HWY_MAX_BYTES / sizeof(float)];
+        hn::Store(s, d, part);
+        std::copy_n(part, last, scores + j0 + u * N);
+        m = MaxSkipNaN(m, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(last)), s,
+                                         hn::Set(d, -std::numeric_limits<float>::infinity())));
+      }
     };
     (finish(acc, static_cast<int64_t>(I)), ...);
   });
   return m;
+}
+
+// Vectors of keys per score tile of one query: as many independent chains as keep the FMA
+// pipes busy (two per cycle, four cycles each), within AVX2's 16 registers.
+constexpr int kScoreVectors = 8;
+
+// f(std::integral_constant<int, count>) for count in [1, kScoreVectors].
+template <class F>
+HWY_INLINE hn::Vec<DF> ForScoreTile(int64_t count, const F& f) {
+  switch (count) {
+    case 8: return f(std::integral_constant<int, 8>());
+    case 7: return f(std::integral_constant<int, 7>());
+    case 6: return f(std::integral_constant<int, 6>());
+    case 5: return f(std::integral_constant<int, 5>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 2: return f(std::integral_constant<int, 2>());
+    default: return f(std::integral_constant<int, 1>());
+  }
 }
 
 // out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled.
@@ -80,9 +109,17 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto scale_v = hn::Set(d, scale);
   auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
+  // Tiles of kScoreVectors vectors of keys, then one of the vectors left, the last of them
+  // partial where kt's rows hold its whole vector; a scalar rest otherwise.
   int64_t j = 0;
-  for (; j + 4 * N <= n; j += 4 * N) mv = Scores<4>(q, kt, ldk, j, head_dim, scale_v, scores, mv);
-  for (; j + N <= n; j += N) mv = Scores<1>(q, kt, ldk, j, head_dim, scale_v, scores, mv);
+  while (j < n) {
+    int64_t vectors = std::min<int64_t>(kScoreVectors, (n - j + N - 1) / N);
+    if (j + vectors * N > ldk) vectors = (n - j) / N;
+    if (vectors == 0) break;
+    const int64_t last = std::min(N, n - j - (vectors - 1) * N);
+    mv = ForScoreTile(vectors, [&](auto u) { return Scores<decltype(u)::value>(q, kt, ldk, j, last, head_dim, scale_v, scores, mv); });
+    j += (vectors - 1) * N + last;
+  }
   float m = -std::numeric_limits<float>::infinity();
   for (; j < n; ++j) {
     float dot = 0.0f;
@@ -96,7 +133,12 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   const auto m_v = hn::Set(d, m);
   j = 0;
   for (; j + N <= n; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, scores + j), m_v)), d, scores + j);
-  for (; j < n; ++j) scores[j] = ref::exp_f32(scores[j] - m);
+  if (j < n) {  // the partial vector through a buffer (its lanes past n are zeros, then dropped)
+    HWY_ALIGN float part[HWY_MAX_BYTES / sizeof(float)] = {};
+    std::copy(scores + j, scores + n, part);
+    hn::Store(Exp(d, hn::Sub(hn::Load(d, part), m_v)), d, part);
+    std::copy_n(part, n - j, scores + j);
+  }
 
   // The weighted sums (tiles of four vectors of d, then two, then one), l's chain beside the
   // first, then the scalar rest, and the division by l.
