@@ -93,7 +93,7 @@ def paired(lockstep, model, port, tokens, cores, rounds):
         inproc.append((generate_seconds(lockstep, model, tokens, r, cores)
                        - generate_seconds(lockstep, model, 1, r, cores)) / (tokens - 1))
         results = []
-        client(port, tokens, 0, r, results, once=True)
+        client(port, tokens, lambda: not results, r, results)  # one request
         first, _, end, _, _, start = results[0]
         served.append((end - start - first) / (tokens - 1))
     return percentile(inproc, 0.5), percentile(served, 0.5)
@@ -114,17 +114,9 @@ def window_rate(port, clients, tokens, seconds, seed):
     window of `seconds` that opens a second after they start and closes before any stops, so
     neither the batch filling nor the last requests draining fall in it."""
     stop = [False]
-    def loop(c):
-        k = 0
-        while not stop[0]:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-            conn.request("POST", "/v1/completions", body=body(seed * 100000 + c * 1000 + k, tokens, True))
-            r = conn.getresponse()
-            while r.read1(65536):
-                pass
-            conn.close()
-            k += 1
-    threads = [threading.Thread(target=loop, args=(c,)) for c in range(clients)]
+    results = []
+    threads = [threading.Thread(target=client, args=(port, tokens, lambda: not stop[0], 1000 + 100 * seed + c, results))
+               for c in range(clients)]
     for t in threads:
         t.start()
     time.sleep(1.0)
@@ -176,13 +168,13 @@ def body(seed, tokens, stream):
 SHA256 = re.compile(rb'"sha256":"([0-9a-f]{64})"')
 
 
-def client(port, tokens, stop_at, seed, results, once=False):
-    """Streamed completions back to back until stop_at (or one, `once`); appends (ttft, tokens,
-    end time, seed, sha256 of the answer, start time). Reads the stream in chunks without parsing
-    it: the first `data:` is the time to first token, and the last event before [DONE] carries
-    the answer's SHA-256."""
+def client(port, tokens, keep_going, seed, results):
+    """Streamed completions back to back while keep_going() says so (asked before each); appends
+    (ttft, tokens, end time, seed, sha256 of the answer, start time). Reads the stream in chunks
+    without parsing it: the first `data:` is the time to first token, and the last event before
+    [DONE] carries the answer's SHA-256."""
     k = 0
-    while once or time.monotonic() < stop_at:
+    while keep_going():
         request_seed = seed * 1000 + k
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         start = time.perf_counter()
@@ -201,8 +193,6 @@ def client(port, tokens, stop_at, seed, results, once=False):
         sha = SHA256.findall(tail)
         results.append((first, tokens, time.perf_counter(), request_seed, sha[-1].decode() if sha else None, start))
         k += 1
-        if once:
-            return
 
 
 def thread_cpu(pid):
@@ -228,7 +218,8 @@ def measure(port, pid, clients, tokens, seconds):
     server0, client0 = thread_cpu(pid), own_cpu()
     begin = time.perf_counter()
     stop_at = time.monotonic() + seconds
-    threads = [threading.Thread(target=client, args=(port, tokens, stop_at, c, results)) for c in range(clients)]
+    threads = [threading.Thread(target=client, args=(port, tokens, lambda: time.monotonic() < stop_at, c, results))
+               for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:

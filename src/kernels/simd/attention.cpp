@@ -66,18 +66,15 @@ HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_REST
 // pipes busy (two per cycle, four cycles each), within AVX2's 16 registers.
 constexpr int kScoreVectors = 8;
 
-// f(std::integral_constant<int, count>) for count in [1, kScoreVectors].
-template <class F>
-HWY_INLINE hn::Vec<DF> ForScoreTile(int64_t count, const F& f) {
-  switch (count) {
-    case 8: return f(std::integral_constant<int, 8>());
-    case 7: return f(std::integral_constant<int, 7>());
-    case 6: return f(std::integral_constant<int, 6>());
-    case 5: return f(std::integral_constant<int, 5>());
-    case 4: return f(std::integral_constant<int, 4>());
-    case 3: return f(std::integral_constant<int, 3>());
-    case 2: return f(std::integral_constant<int, 2>());
-    default: return f(std::integral_constant<int, 1>());
+// f(std::integral_constant<int, count>) for a count in [1, Max] known only at run time (a
+// tile's size), each count its own instantiation.
+template <int Max, class F>
+HWY_INLINE decltype(auto) ForCount(int64_t count, const F& f) {
+  if constexpr (Max > 1) {
+    if (count >= Max) return f(std::integral_constant<int, Max>());
+    return ForCount<Max - 1>(count, f);
+  } else {
+    return f(std::integral_constant<int, 1>());
   }
 }
 
@@ -117,7 +114,7 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
     if (j + vectors * N > ldk) vectors = (n - j) / N;
     if (vectors == 0) break;
     const int64_t last = std::min(N, n - j - (vectors - 1) * N);
-    mv = ForScoreTile(vectors, [&](auto u) { return Scores<decltype(u)::value>(q, kt, ldk, j, last, head_dim, scale_v, scores, mv); });
+    mv = ForCount<kScoreVectors>(vectors, [&](auto u) { return Scores<decltype(u)::value>(q, kt, ldk, j, last, head_dim, scale_v, scores, mv); });
     j += (vectors - 1) * N + last;
   }
   float m = -std::numeric_limits<float>::infinity();
@@ -313,19 +310,6 @@ int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
 // times), else 3 (12 of AVX2's 16).
 constexpr int kGroupQueries = HWY_MAX_BYTES >= 64 ? 6 : 3;
 
-// f(std::integral_constant<int, count>) for a group of 1 to kGroupQueries queries.
-template <class F>
-HWY_INLINE void ForGroup(int count, const F& f) {
-  switch (count) {
-    case 6: if constexpr (kGroupQueries >= 6) return f(std::integral_constant<int, 6>()); [[fallthrough]];
-    case 5: if constexpr (kGroupQueries >= 5) return f(std::integral_constant<int, 5>()); [[fallthrough]];
-    case 4: if constexpr (kGroupQueries >= 4) return f(std::integral_constant<int, 4>()); [[fallthrough]];
-    case 3: return f(std::integral_constant<int, 3>());
-    case 2: return f(std::integral_constant<int, 2>());
-    default: return f(std::integral_constant<int, 1>());
-  }
-}
-
 // Scores of QB queries against the `keys` keys of a packed block kb [head_dim][ld] (zeros past
 // `keys` up to whole vectors): s_i[j] for j < keys rounded up to whole vectors.
 template <int QB>
@@ -387,7 +371,7 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       if (keys <= 0) continue;
       const float* qi = q + i0 * q_stride;
       float* si = s + i0 * ld + c0;
-      ForGroup(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld); });
+      ForCount<kGroupQueries>(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld); });
     }
   }
   // Per query: m = max over [0, n_i), then e = exp(s - m) in place.
@@ -425,7 +409,7 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       if (n[i0 + count - 1] <= c0) continue;
       const float* si = s + i0 * ld + c0;
       float* oi = out + i0 * out_stride;
-      ForGroup(count, [&](auto qb) { BlockValues<decltype(qb)::value>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride); });
+      ForCount<kGroupQueries>(count, [&](auto qb) { BlockValues<decltype(qb)::value>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride); });
     }
   }
   for (int i = 0; i < nq; ++i) {
