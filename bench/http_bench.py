@@ -7,15 +7,16 @@ first token.
 
 For s256 (lockstep init --seed 1 --d-model 256 --n-layers 6 --n-heads 8 --d-ff 768 --length 256)
 and l768 (--d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 --length 256), the shapes of
-bench/forward_bench.cpp: 1, 8 and 32 clients (threads, one streamed /v1/completions in flight
-each, back to back for --seconds) against one `lockstep serve --http`; tokens per second over
-all clients, and time to first token (request sent to the first `data:` event) p50 and p99.
+bench/forward_bench.cpp: 1, 8 and 32 clients (connections of one event loop, one streamed
+/v1/completions in flight each, back to back for --seconds) against one `lockstep serve --http`;
+tokens per second over all clients, and time to first token (request sent to the first `data:`
+event) p50 and p99.
 Beside them in-process decoding with the same sampling: `lockstep generate` of --tokens tokens
 minus one of 1 token, divided by the difference (so loading the model does not count).
 Prompt plus tokens stay inside the 256-token window, so no restart is timed.
 And the CPU time per streamed token: the server's event-loop thread (the main thread:
 every read, event and write), its other threads (the model: the generation runner and its
-lanes), and this client process (all its threads), with the client's share of all three.
+lanes), and this client process, with the client's share of all three.
 Each answer's SHA-256 (its last event) is kept; afterwards up to --check answers of each client
 count are asked again, one at a time and not streamed, and must give the same SHA-256.
 
@@ -41,7 +42,9 @@ import os
 import random
 import re
 import resource
+import selectors
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -93,7 +96,7 @@ def paired(lockstep, model, port, tokens, cores, rounds):
         inproc.append((generate_seconds(lockstep, model, tokens, r, cores)
                        - generate_seconds(lockstep, model, 1, r, cores)) / (tokens - 1))
         results = []
-        client(port, tokens, lambda: not results, r, results)  # one request
+        streams(port, [r], tokens, lambda: False, results)  # one request
         first, _, end, _, _, start = results[0]
         served.append((end - start - first) / (tokens - 1))
     return percentile(inproc, 0.5), percentile(served, 0.5)
@@ -115,17 +118,13 @@ def window_rate(port, clients, tokens, seconds, seed):
     neither the batch filling nor the last requests draining fall in it."""
     stop = [False]
     results = []
-    threads = [threading.Thread(target=client, args=(port, tokens, lambda: not stop[0], 1000 + 100 * seed + c, results))
-               for c in range(clients)]
-    for t in threads:
-        t.start()
+    thread = in_background(port, [1000 + 100 * seed + c for c in range(clients)], tokens, lambda: not stop[0], results)
     time.sleep(1.0)
     n0, t0 = generated(port), time.perf_counter()
     time.sleep(seconds)
     n1, t1 = generated(port), time.perf_counter()
     stop[0] = True
-    for t in threads:
-        t.join()
+    thread.join()
     return (n1 - n0) / (t1 - t0)
 
 
@@ -168,31 +167,64 @@ def body(seed, tokens, stream):
 SHA256 = re.compile(rb'"sha256":"([0-9a-f]{64})"')
 
 
-def client(port, tokens, keep_going, seed, results):
-    """Streamed completions back to back while keep_going() says so (asked before each); appends
-    (ttft, tokens, end time, seed, sha256 of the answer, start time). Reads the stream in chunks
-    without parsing it: the first `data:` is the time to first token, and the last event before
-    [DONE] carries the answer's SHA-256."""
-    k = 0
-    while keep_going():
-        request_seed = seed * 1000 + k
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        start = time.perf_counter()
-        conn.request("POST", "/v1/completions", body=body(request_seed, tokens, True))
-        r = conn.getresponse()
-        first = None
-        tail = b""
-        while True:
-            chunk = r.read1(65536)
-            if not chunk:
-                break
-            if first is None and b"data: " in chunk:
-                first = time.perf_counter() - start
-            tail = (tail + chunk)[-4096:]
-        conn.close()
-        sha = SHA256.findall(tail)
-        results.append((first, tokens, time.perf_counter(), request_seed, sha[-1].decode() if sha else None, start))
-        k += 1
+def streams(port, seeds, tokens, keep_going, results):
+    """One streamed completion in flight per entry of `seeds`, back to back while keep_going()
+    says so (asked as each ends), all on this thread: one selector over the connections, as load
+    generators do, so that the client takes little of the machine it shares with the server (32
+    threads blocking on a connection each took twice the CPU per token). Request k of connection
+    c has seed seeds[c] * 1000 + k. Appends (ttft, tokens, end time, seed, sha256 of the answer,
+    start time) per answer. Reads without parsing: the first `data:` is the time to first token,
+    the last event before [DONE] carries the answer's SHA-256, and the server closing the
+    connection (the request says Connection: close) ends the answer."""
+    selector = selectors.DefaultSelector()
+
+    def start(c, k):
+        request_seed = seeds[c] * 1000 + k
+        payload = body(request_seed, tokens, True).encode()
+        sock = socket.create_connection(("127.0.0.1", port), timeout=300)
+        begin = time.perf_counter()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload)
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ, {"c": c, "k": k, "seed": request_seed, "start": begin,
+                                                       "first": None, "tail": b""})
+
+    for c in range(len(seeds)):
+        start(c, 0)
+    live = len(seeds)
+    deadline = time.monotonic() + 600
+    while live:
+        if time.monotonic() > deadline:
+            raise RuntimeError("streams: no answer ended within 600 s")
+        for key, _ in selector.select(timeout=1.0):
+            state = key.data
+            try:
+                chunk = key.fileobj.recv(65536)
+            except BlockingIOError:
+                continue
+            if chunk:
+                if state["first"] is None and b"data: " in chunk:
+                    state["first"] = time.perf_counter() - state["start"]
+                state["tail"] = (state["tail"] + chunk)[-4096:]
+                continue
+            selector.unregister(key.fileobj)
+            key.fileobj.close()
+            sha = SHA256.findall(state["tail"])
+            results.append((state["first"], tokens, time.perf_counter(), state["seed"],
+                            sha[-1].decode() if sha else None, state["start"]))
+            deadline = time.monotonic() + 600
+            if keep_going():
+                start(state["c"], state["k"] + 1)
+            else:
+                live -= 1
+    selector.close()
+
+
+def in_background(port, seeds, tokens, keep_going, results):
+    """streams() on a thread of its own, started."""
+    t = threading.Thread(target=streams, args=(port, seeds, tokens, keep_going, results))
+    t.start()
+    return t
 
 
 def thread_cpu(pid):
@@ -218,12 +250,7 @@ def measure(port, pid, clients, tokens, seconds):
     server0, client0 = thread_cpu(pid), own_cpu()
     begin = time.perf_counter()
     stop_at = time.monotonic() + seconds
-    threads = [threading.Thread(target=client, args=(port, tokens, lambda: time.monotonic() < stop_at, c, results))
-               for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    streams(port, list(range(clients)), tokens, lambda: time.monotonic() < stop_at, results)
     end = max(r[2] for r in results)
     server1, client1 = thread_cpu(pid), own_cpu()
     n = sum(r[1] for r in results)

@@ -8,6 +8,8 @@
 #include "core/fpenv.hpp"
 #include "core/rng.hpp"
 #include "kernels/ref/math.hpp"
+#include "kernels/simd/dispatch.hpp"
+#include "kernels/simd/kernels.hpp"
 
 namespace lockstep {
 
@@ -19,19 +21,13 @@ void SamplingOptions::validate() const {
     throw Error(ErrorKind::invalid_argument, "top-p must be in (0, 1] (1: off), got " + std::to_string(top_p));
 }
 
-int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step) {
-  return sample_token(logits, o, step, nullptr);
-}
+namespace {
 
-int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step, SampleTrace* trace) {
-  o.validate();
-  const FloatEnvScope env;  // exp_f32 must see subnormals as they are
-  if (trace) *trace = SampleTrace{};
-  if (o.temperature == 0.0f) return greedy_choice(logits);
-  // Candidates by logit, highest first, ties to the lower id; NaN never a candidate.
-  // Sorted as one integer each: the logit's bits mapped so that a higher logit is a smaller
-  // key (with -0 as +0, which compare equal), then the id. Keys are distinct, so any sort gives
-  // the order of a stable sort by logit, highest first.
+// The ids whose logit is not NaN, by logit, highest first, ties to the lower id: sorted as one
+// integer each, the logit's bits mapped so that a higher logit is a smaller key (with -0 as +0,
+// which compare equal), then the id. Keys are distinct, so any sort gives the order of a stable
+// sort by logit, highest first.
+std::vector<int32_t> candidates_by_logit(std::span<const float> logits) {
   std::vector<uint64_t> keys;
   keys.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -41,20 +37,45 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, in
     const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
     keys.push_back(static_cast<uint64_t>(~ascending) << 32 | static_cast<uint32_t>(i));
   }
-  if (keys.empty()) throw Error(ErrorKind::invalid_argument, "every logit is NaN; no token can be chosen");
   std::sort(keys.begin(), keys.end());
   std::vector<int32_t> order(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) order[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
+  return order;
+}
+
+}  // namespace
+
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step) {
+  return sample_token(logits, o, step, nullptr);
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step, SampleTrace* trace) {
+  o.validate();
+  const FloatEnvScope env;  // exp_f32 must see subnormals as they are
+  if (trace) *trace = SampleTrace{};
+  if (o.temperature == 0.0f) return greedy_choice(logits);
+  std::vector<int32_t> order = candidates_by_logit(logits);
+  if (order.empty()) throw Error(ErrorKind::invalid_argument, "every logit is NaN; no token can be chosen");
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < order.size()) order.resize(static_cast<size_t>(o.top_k));
   // Weights exp((z - max) / T) in f32 with the profile's exp; sums in f64, in candidate order.
   // A logit equal to the highest weighs exactly 1 (z - max is taken as 0, so that infinite
   // logits give weights, not NaN): the total is at least 1 and every sum below is finite.
+  // Each weight depends on its own logit only, so they are computed for every id at once in id
+  // order with the kernels' exp (ref::exp_f32's bits on every target: exactness_test) and read
+  // in candidate order.
   const float max = logits[static_cast<size_t>(order[0])];
+  std::vector<float> scaled(logits.size()), by_id(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float z = logits[i];
+    scaled[i] = (z == max ? 0.0f : z - max) / o.temperature;
+  }
+  // The best target's exp, looked up once (best_kernels asks the CPU each time).
+  static const auto exp = simd::best_kernels().exp;
+  exp(scaled.data(), by_id.data(), static_cast<int64_t>(by_id.size()));
   std::vector<float> weight(order.size());
   double total = 0.0;
   for (size_t i = 0; i < order.size(); ++i) {
-    const float z = logits[static_cast<size_t>(order[i])];
-    weight[i] = ref::exp_f32((z == max ? 0.0f : z - max) / o.temperature);
+    weight[i] = by_id[static_cast<size_t>(order[i])];
     total = total + static_cast<double>(weight[i]);
   }
   if (o.top_p < 1.0f) {
