@@ -101,7 +101,8 @@ HWY_INLINE hn::Vec<DF> LoadB(DF d, const int8_t* HWY_RESTRICT p, const float* HW
 template <int MR, bool kPacked = false, typename TB>
 HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RESTRICT b,
                      int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool first, int64_t cols,
-                     const float* scale = nullptr) {
+                     const float* scale = nullptr, const TB* ahead = nullptr) {
+  // ahead (null: none): a block of B laid out as b, whose row k is prefetched beside row k's FMAs.
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t NR = kVectors * N;
@@ -121,6 +122,10 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, int64_t lda, const TB* HWY_RES
       [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
         for (int64_t k = 0; k < kc; ++k) {
           const TB* bk = b + k * NR;
+          if (ahead) {
+            for (int64_t l = 0; l < NR * static_cast<int64_t>(sizeof(TB)); l += 64)
+              hwy::Prefetch(reinterpret_cast<const char*>(ahead + k * NR) + l);
+          }
           // Each row's broadcast and each vector of B are loaded once (the repeats fold away).
           const auto fma = [&](hn::Vec<DF>& c_iv, size_t i, size_t v) LOCKSTEP_LAMBDA_INLINE {
             const auto ai = hn::Set(d, kPacked ? a[k * kRows + i] : a[i * lda + k]);
@@ -229,9 +234,14 @@ void MatmulOf(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, con
         const int64_t col0 = p * NR;
         const int64_t cols = std::min<int64_t>(NR, b.N - col0);
         const float* const ps = scale ? scale + col0 : nullptr;
+        // The first row tile asks for the next panel's block (same k rows) as it goes, so that
+        // it streams in while this block's other row tiles compute from L1: a decoding step's
+        // 16 rows are two tiles, and the weights come from the last-level cache
+        // (BM_GenerationEngine/32: 1.06, 1.12 and 1.06x, medians of 14, 10 and 10 alternating rounds).
+        const TB* ahead = p + 1 < p_end ? bp + K * NR : nullptr;
         int64_t m = m0;
-        for (; m + kRows <= m_end; m += kRows)
-          Tile<kRows>(a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols, ps);
+        for (; m + kRows <= m_end; m += kRows, ahead = nullptr)
+          Tile<kRows>(a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols, ps, ahead);
         if (m < m_end)
           TileRemainder<kRows - 1>(m_end - m, a + m * lda + k0, lda, bp, kc, c + m * ldc + col0, ldc, first, cols,
                                    ps);
