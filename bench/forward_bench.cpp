@@ -114,7 +114,8 @@ void matmul_bench(benchmark::State& state, bool transposed) {
 }
 void BM_Matmul(benchmark::State& state) { matmul_bench(state, false); }
 void BM_MatmulAt(benchmark::State& state) { matmul_bench(state, true); }
-BENCHMARK(BM_Matmul)->Args({16, 256, 768})->Args({16, 256, 1536})->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256, 256, 768})->Args({1, 768, 2304})
+BENCHMARK(BM_Matmul)->Args({16, 256, 768})->Args({16, 256, 1536})  // a decoding lane's 16 rows, B in L2
+    ->Args({256, 768, 2304})->Args({256, 2048, 768})->Args({256, 256, 768})->Args({1, 768, 2304})
     ->Args({2048, 256, 768})->Args({2048, 768, 256})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatmulAt)->Args({256, 2048, 768})->Args({768, 2048, 256})->Unit(benchmark::kMillisecond);

@@ -7,7 +7,6 @@
 
 #include "core/fpenv.hpp"
 #include "core/rng.hpp"
-#include "kernels/ref/math.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 
