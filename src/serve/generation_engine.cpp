@@ -138,7 +138,13 @@ void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::stri
     }
   }
   leaving();
+  ended(job, finish);
   job.on_done(finish, error);
+}
+
+void GenerationEngine::ended(GenerationJob& job, Finish finish) noexcept {
+  metrics_.count_finished(static_cast<size_t>(finish));
+  if (job.generator) metrics_.generation_length.observe(static_cast<double>(job.generator->generated()));
 }
 
 void GenerationEngine::leaving() {
@@ -294,6 +300,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
       stepping.push_back(job);
     } catch (const std::exception& e) {
       leaving();
+      ended(*job, Finish::error);
       job->on_done(Finish::error, e.what());
       job.reset();
     }
@@ -309,6 +316,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
     const std::shared_ptr<GenerationJob>& job = stepping[i];
     if (!errors[i].empty()) {
       leaving();
+      ended(*job, Finish::error);
       job->on_done(Finish::error, errors[i]);
       std::erase(active, job);
       continue;

@@ -122,6 +122,8 @@ class GenerationEngine {
   // caller woken by on_done sees it gone.
   void leaving();
   void finish(GenerationJob& job, Finish finish, const std::string& error) noexcept;
+  // Its finish reason and length, in the metrics.
+  void ended(GenerationJob& job, Finish finish) noexcept;
 
   const size_t max_active_;
   const size_t max_queue_;

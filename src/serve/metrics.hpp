@@ -39,6 +39,9 @@ struct Metrics {
   Histogram batch_size;             // generations per batched decoding step
   Histogram time_to_first_token;    // seconds from admission to the first token
   Histogram time_per_token;         // seconds between a generation's tokens
+  Histogram generation_length;      // tokens each generation (one per choice) ended with
+  // A generation has ended with this finish reason (Finish's order: length, stop, abort, error).
+  void count_finished(size_t finish_index);
 
   // The exposition, every sample labelled replica="<replica>" so that scrapes of several
   // replicas stay apart; `rows_reused`/`rows_computed` are the frame protocol's and the HTTP
@@ -49,6 +52,7 @@ struct Metrics {
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::array<std::atomic<uint64_t>, 4> finished_{};
 };
 
 }  // namespace lockstep::serve

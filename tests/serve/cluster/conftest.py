@@ -152,14 +152,17 @@ class Cluster:
         os.kill(pid, signo)
         return pid
 
-    def running(self, name):
-        """The replica's lockstep_num_requests_running, asked directly (None if it does not answer)."""
+    def generations_over(self, name, tokens):
+        """How many generations the replica has ended with more than `tokens` tokens (a bound of
+        lockstep_request_generation_tokens), asked directly (None if it does not answer)."""
         try:
             status, _, body = http_get(*self.ports(name)[0], "/metrics", timeout=2)
         except OSError:
             return None
-        m = re.search(r"^lockstep_num_requests_running\{[^}]*\} (\d+)", body.decode(), re.M)
-        return int(m.group(1)) if status == 200 and m else None
+        text = body.decode()
+        over = re.search(r'^lockstep_request_generation_tokens_bucket\{[^}]*le="%d"\} (\d+)' % tokens, text, re.M)
+        count = re.search(r"^lockstep_request_generation_tokens_count\{[^}]*\} (\d+)", text, re.M)
+        return int(count.group(1)) - int(over.group(1)) if status == 200 and over and count else None
 
     def wait_exited(self, name, pid, timeout=30):
         """Waits until deploy/cluster.sh has seen the process exit."""

@@ -11,6 +11,8 @@ X-Lockstep-Replica headers must show every replica answering."""
 import http.client
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -23,6 +25,7 @@ REQUESTS = int(os.environ.get("LOCKSTEP_CLUSTER_REQUESTS", 50))
 VARIANTS = 5  # distinct requests per client, asked in turn
 LONG_TOKENS = 3000  # a long stream: long enough that a fault lands in its middle
 AFFINITY = "X-Lockstep-Affinity"
+READER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "long_stream_reader.py")
 
 
 def body(client, variant):
@@ -59,57 +62,63 @@ def affinity_keys(url, wanted):
 
 
 class LongStreams:
-    """Long streams to one replica (by affinity) back to back until stopped; each one's text,
-    attempts and replicas, and whether one is in its middle now."""
+    """Long streams to one replica (by affinity) back to back until stopped, read by a client
+    process of their own (long_stream_reader.py); each one's text, attempts and replicas, and
+    where the one under way is."""
 
     def __init__(self, url, key):
         self.url, self.key = url, key
-        self.results = []  # (text, attempts, replicas, client)
-        self.current = None  # the HttpClient of the stream under way
-        self.last_piece = (0.0, None)  # (time, X-Lockstep-Replica of the attempt it came from)
+        self.results = []  # (text, attempts, replicas, stream number)
+        self.current = None  # the number of the stream under way
+        self.current_attempts = 0  # its attempts so far
+        self.last_piece = (0.0, None, 0)  # (time, X-Lockstep-Replica of its attempt, pieces so far)
         self.errors = []
-        self.stopping = threading.Event()
-        self.middle = threading.Event()  # set while a stream has delivered part of its text
-        self.thread = threading.Thread(target=self.run)
+        self.proc = subprocess.Popen([sys.executable, READER, url, key, json.dumps(long_body(key))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.thread = threading.Thread(target=self.follow)
         self.thread.start()
 
-    def run(self):
-        try:
-            while not self.stopping.is_set():
-                c = client_for(self.url, headers={AFFINITY: self.key})
-                self.current = c
-                pieces = []
-                for piece in c.stream_completion(**long_body(self.key)):
-                    self.last_piece = (time.monotonic(), c.replicas[-1])
-                    pieces.append(piece)
-                    if len(pieces) == 50:
-                        self.middle.set()
-                    elif len(pieces) == LONG_TOKENS // 2:
-                        self.middle.clear()
-                self.middle.clear()
-                self.results.append(("".join(pieces), c.attempts, list(c.replicas), c))
-        except Exception as e:  # noqa: BLE001 (reported by the test)
-            self.errors.append(repr(e))
+    def follow(self):
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event[0] == "start":
+                self.current, self.current_attempts = event[1], 0
+            elif event[0] == "piece":
+                self.current_attempts = event[5]
+                self.last_piece = (event[3], event[4], event[2])
+            elif event[0] == "done":
+                self.results.append((event[2], event[3], event[4], event[1]))
+            else:
+                self.errors.append(event[1])
+        if self.proc.wait() != 0 and not self.errors:
+            self.errors.append(f"the reader exited with status {self.proc.returncode}")
+
+    def in_middle_from(self, name):
+        """Whether the stream under way has delivered between 50 and LONG_TOKENS // 2 pieces, the
+        last from `name` within 50 ms."""
+        at, replica, pieces = self.last_piece
+        return 50 <= pieces < LONG_TOKENS // 2 and replica == name and time.monotonic() - at < 0.05
 
     def stop(self):
-        self.stopping.set()
+        """Lets the stream under way end, then stops the reader."""
+        self.proc.stdin.close()
         self.thread.join(120)
         assert not self.thread.is_alive()
 
 
-def wait_for(event, what, timeout=30):
-    assert event.wait(timeout), f"timed out waiting for {what}"
-
-
-def wait_generating(c, streams, name, timeout=30):
+def wait_generating(c, streams, name, exact=True, timeout=30):
     """Waits until a long stream is in its middle on the client's side, coming from the replica,
-    and the replica still generates (so a signal now lands before the server has finished it)."""
+    and (exact) the replica has not finished it: it has ended as many long generations as the
+    reader had streams before this one, so a signal now lands while the server still generates
+    it. Exact only while every long generation on the replica was one whole stream (no fault
+    has cut one: a cut attempt, ended there, counts too)."""
     deadline = time.monotonic() + timeout
-    def streaming_from_it():
-        at, replica = streams.last_piece
-        return streams.middle.is_set() and replica == name and time.monotonic() - at < 0.05
-
-    while not (streaming_from_it() and (c.running(name) or 0) >= 1 and streaming_from_it()):
+    while True:
+        if streams.in_middle_from(name):
+            number = streams.current
+            ended = c.generations_over(name, 2000) if exact else number
+            if ended == number and streams.current == number and streams.in_middle_from(name):
+                return
         assert time.monotonic() < deadline, f"no long stream in its middle on {name}"
         time.sleep(0.005)
 
@@ -161,8 +170,8 @@ def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, a
     deadline = time.monotonic() + 30
     while c.pid("haproxy") == haproxy and time.monotonic() < deadline:
         time.sleep(0.05)
-    wait_generating(c, on_r2, "r2")
-    draining, draining_attempts = on_r2.current, on_r2.current.attempts
+    wait_generating(c, on_r2, "r2", exact=False)  # HAProxy's restart may have cut one of them
+    draining, draining_attempts = on_r2.current, on_r2.current_attempts
     drained = c.signal("r2", 15)  # SIGTERM: drains
     c.wait_up("r2", drained)
 
@@ -189,9 +198,9 @@ def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, a
     # The one on the draining replica finished there.
     assert any(attempts > 1 and r[0] == "r1" for _, attempts, r, _ in on_r1.results), \
         [(a, r) for _, a, r, _ in on_r1.results]
-    drained_stream = [r for r in on_r2.results if r[3] is draining]
-    assert drained_stream and draining.attempts == draining_attempts and draining.replicas[-1] == "r2", \
-        (draining.attempts, draining_attempts, draining.replicas)
+    finished_there = [(attempts, r) for _, attempts, r, number in on_r2.results if number == draining]
+    assert finished_there and finished_there[0][0] == draining_attempts and finished_there[0][1][-1] == "r2", \
+        (finished_there, draining_attempts)
 
     seen = {r for row in replicas for r in row}
     assert seen == {"r1", "r2", "r3"}, seen
