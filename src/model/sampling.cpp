@@ -1,9 +1,10 @@
 #include "lockstep/sampling.hpp"
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include <hwy/contrib/sort/vqsort.h>
 
 #include "core/fpenv.hpp"
 #include "core/rng.hpp"
@@ -27,16 +28,20 @@ namespace {
 // which compare equal), then the id. Keys are distinct, so any sort gives the order of a stable
 // sort by logit, highest first.
 std::vector<int32_t> candidates_by_logit(std::span<const float> logits) {
-  std::vector<uint64_t> keys;
-  keys.reserve(logits.size());
+  // Branch-free: a decode's logits change every step, so branches on their signs mispredict.
+  std::vector<uint64_t> keys(logits.size());
+  size_t n = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float z = logits[i];
-    if (z != z) continue;
-    const uint32_t bits = z == 0.0f ? 0u : std::bit_cast<uint32_t>(z);
-    const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-    keys.push_back(static_cast<uint64_t>(~ascending) << 32 | static_cast<uint32_t>(i));
+    const uint32_t bits = std::bit_cast<uint32_t>(z) & (z == 0.0f ? 0u : ~0u);
+    const uint32_t negative = static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31);
+    const uint32_t ascending = bits ^ (negative | 0x80000000u);
+    keys[n] = static_cast<uint64_t>(~ascending) << 32 | static_cast<uint32_t>(i);
+    n += z == z;
   }
-  std::sort(keys.begin(), keys.end());
+  keys.resize(n);
+  hwy::Sorter sorter;  // Highway's vectorized quicksort (sorting networks at this size)
+  sorter(keys.data(), keys.size(), hwy::SortAscending());
   std::vector<int32_t> order(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) order[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
   return order;
