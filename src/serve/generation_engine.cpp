@@ -8,16 +8,6 @@
 
 namespace lockstep::serve {
 
-const char* finish_name(Finish f) {
-  switch (f) {
-    case Finish::length: return "length";
-    case Finish::stop: return "stop";
-    case Finish::abort: return "abort";
-    case Finish::error: return "error";
-  }
-  return "error";
-}
-
 GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOptions& call, Metrics& metrics,
                                    PrefixCache* cache)
     : max_active_(static_cast<size_t>(std::max(max_active, 1))),
@@ -143,7 +133,7 @@ void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::stri
 }
 
 void GenerationEngine::ended(GenerationJob& job, Finish finish) noexcept {
-  metrics_.count_finished(static_cast<size_t>(finish));
+  metrics_.count_finished(finish);
   if (job.generator) metrics_.generation_length.observe(static_cast<double>(job.generator->generated()));
 }
 

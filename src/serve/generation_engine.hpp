@@ -46,6 +46,7 @@
 #include "lockstep/generator.hpp"
 #include "lockstep/prefix_cache.hpp"
 #include "lockstep/session.hpp"
+#include "serve/finish.hpp"
 #include "serve/metrics.hpp"
 
 namespace lockstep {
@@ -53,9 +54,6 @@ class ThreadPool;
 }
 
 namespace lockstep::serve {
-
-enum class Finish { length, stop, abort, error };
-const char* finish_name(Finish f);
 
 struct GenerationJob {
   std::unique_ptr<Generator> generator;

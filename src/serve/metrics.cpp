@@ -87,8 +87,9 @@ Metrics::Metrics()
       time_per_token({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1}),
       generation_length({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}) {}
 
-void Metrics::count_finished(size_t finish_index) {
-  if (finish_index < finished_.size()) finished_[finish_index].fetch_add(1, std::memory_order_relaxed);
+void Metrics::count_finished(Finish finish) {
+  const auto i = static_cast<size_t>(finish);
+  if (i < finished_.size()) finished_[i].fetch_add(1, std::memory_order_relaxed);
 }
 
 void Metrics::count_request(const std::string& endpoint, int status) {
@@ -128,10 +129,9 @@ std::string Metrics::text(const std::string& replica, const std::string& model_n
           "Rows the model computed (frame protocol calls and HTTP generations).", rows_computed);
   out += "# HELP lockstep_request_success_total Generations ended (one per choice), by finish reason.\n";
   out += "# TYPE lockstep_request_success_total counter\n";
-  static constexpr const char* kReasons[] = {"length", "stop", "abort", "error"};
   for (size_t i = 0; i < finished_.size(); ++i)
-    out += std::string("lockstep_request_success_total{finished_reason=\"") + kReasons[i] + "\"} " +
-           std::to_string(finished_[i].load()) + "\n";
+    out += std::string("lockstep_request_success_total{finished_reason=\"") + finish_name(static_cast<Finish>(i)) +
+           "\"} " + std::to_string(finished_[i].load()) + "\n";
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n" + h.text(name);
   };

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "serve/finish.hpp"
+
 namespace lockstep::serve {
 
 // A cumulative histogram with fixed upper bounds (the last bucket is +Inf).
@@ -40,8 +42,7 @@ struct Metrics {
   Histogram time_to_first_token;    // seconds from admission to the first token
   Histogram time_per_token;         // seconds between a generation's tokens
   Histogram generation_length;      // tokens each generation (one per choice) ended with
-  // A generation has ended with this finish reason (Finish's order: length, stop, abort, error).
-  void count_finished(size_t finish_index);
+  void count_finished(Finish finish);  // a generation has ended so
 
   // The exposition, every sample labelled replica="<replica>" so that scrapes of several
   // replicas stay apart; `rows_reused`/`rows_computed` are the frame protocol's and the HTTP
@@ -52,7 +53,7 @@ struct Metrics {
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  std::array<std::atomic<uint64_t>, 4> finished_{};
+  std::array<std::atomic<uint64_t>, kFinishReasons> finished_{};
 };
 
 }  // namespace lockstep::serve
