@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/rng.hpp"

@@ -127,17 +127,13 @@ void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::stri
       // Not filed (out of memory): a later request computes those rows itself.
     }
   }
-  leaving();
-  ended(job, finish);
+  leaving(job, finish);
   job.on_done(finish, error);
 }
 
-void GenerationEngine::ended(GenerationJob& job, Finish finish) noexcept {
+void GenerationEngine::leaving(const GenerationJob& job, Finish finish) {
   metrics_.count_finished(finish);
   if (job.generator) metrics_.generation_length.observe(static_cast<double>(job.generator->generated()));
-}
-
-void GenerationEngine::leaving() {
   std::lock_guard lock(mutex_);
   if (active_count_ > 0) --active_count_;
 }
@@ -289,8 +285,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
       steps.push_back({&job->generator->session(), *tokens, job->generator->logits_buffer(), nullptr});
       stepping.push_back(job);
     } catch (const std::exception& e) {
-      leaving();
-      ended(*job, Finish::error);
+      leaving(*job, Finish::error);
       job->on_done(Finish::error, e.what());
       job.reset();
     }
@@ -305,8 +300,7 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
   for (size_t i = 0; i < stepping.size(); ++i) {
     const std::shared_ptr<GenerationJob>& job = stepping[i];
     if (!errors[i].empty()) {
-      leaving();
-      ended(*job, Finish::error);
+      leaving(*job, Finish::error);
       job->on_done(Finish::error, errors[i]);
       std::erase(active, job);
       continue;

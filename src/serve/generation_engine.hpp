@@ -116,12 +116,10 @@ class GenerationEngine {
   // Its session from the prefix cache, before its first step.
   void start(GenerationJob& job);
   // Files what it computed in the prefix cache (unless it failed), then calls on_done.
-  // A job leaves the active set: pending() stops counting it before its on_done runs, so a
-  // caller woken by on_done sees it gone.
-  void leaving();
   void finish(GenerationJob& job, Finish finish, const std::string& error) noexcept;
-  // Its finish reason and length, in the metrics.
-  void ended(GenerationJob& job, Finish finish) noexcept;
+  // A job leaves the active set: pending() stops counting it before its on_done runs, so a
+  // caller woken by on_done sees it gone; its finish reason and length go to the metrics.
+  void leaving(const GenerationJob& job, Finish finish);
 
   const size_t max_active_;
   const size_t max_queue_;

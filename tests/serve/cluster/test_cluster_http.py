@@ -24,6 +24,9 @@ CLIENTS = int(os.environ.get("LOCKSTEP_CLUSTER_CLIENTS", 32))
 REQUESTS = int(os.environ.get("LOCKSTEP_CLUSTER_REQUESTS", 50))
 VARIANTS = 5  # distinct requests per client, asked in turn
 LONG_TOKENS = 3000  # a long stream: long enough that a fault lands in its middle
+# A bound of lockstep_request_generation_tokens' buckets below LONG_TOKENS and above every load
+# request's max_tokens: generations that ended past it were long streams.
+LONG_OVER = 2000
 AFFINITY = "X-Lockstep-Affinity"
 READER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "long_stream_reader.py")
 
@@ -105,6 +108,26 @@ class LongStreams:
         self.thread.join(120)
         assert not self.thread.is_alive()
 
+    def kill(self):
+        """Ends the reader at once (a test that failed before stop())."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def long_streams():
+    """LongStreams(url, key) whose reader processes are killed when the test ends, however."""
+    made = []
+
+    def make(url, key):
+        made.append(LongStreams(url, key))
+        return made[-1]
+
+    yield make
+    for streams in made:
+        streams.kill()
+
 
 def wait_generating(c, streams, name, exact=True, timeout=30):
     """Waits until a long stream is in its middle on the client's side, coming from the replica,
@@ -116,14 +139,14 @@ def wait_generating(c, streams, name, exact=True, timeout=30):
     while True:
         if streams.in_middle_from(name):
             number = streams.current
-            ended = c.generations_over(name, 2000) if exact else number
-            if ended == number and streams.current == number and streams.in_middle_from(name):
+            if ((not exact or c.generations_over(name, LONG_OVER) == number) and streams.current == number
+                    and streams.in_middle_from(name)):
                 return
         assert time.monotonic() < deadline, f"no long stream in its middle on {name}"
         time.sleep(0.005)
 
 
-def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, alone):
+def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, alone, long_streams):
     began = time.monotonic()
     c = cluster(replicas=3)
     keys = affinity_keys(c.url, ["r1", "r2"])
@@ -152,8 +175,8 @@ def test_load_through_haproxy_survives_kill_drain_and_haproxy_restart(cluster, a
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append(f"client {k}: {e!r}")
 
-    on_r1 = LongStreams(c.url, keys["r1"])
-    on_r2 = LongStreams(c.url, keys["r2"])
+    on_r1 = long_streams(c.url, keys["r1"])
+    on_r2 = long_streams(c.url, keys["r2"])
     threads = [threading.Thread(target=load, args=(k,)) for k in range(CLIENTS)]
     for t in threads:
         t.start()
@@ -257,7 +280,7 @@ def plain_completion(http_address, b):
         conn.close()
 
 
-def test_haproxy_alone_hides_a_dead_and_a_draining_replica_from_a_plain_client(cluster, alone):
+def test_haproxy_alone_hides_a_dead_and_a_draining_replica_from_a_plain_client(cluster, alone, long_streams):
     """deploy/haproxy.cfg's retry-on + redispatch: a client without any retry of its own sees no
     error when a replica is dead before HAProxy's checks notice (connection refused), nor when
     one drains (it answers 503 to new requests until the checks take it out)."""
@@ -281,7 +304,7 @@ def test_haproxy_alone_hides_a_dead_and_a_draining_replica_from_a_plain_client(c
     # it answers new requests 503, and HAProxy sends them to r3 instead (which needs option
     # http-buffer-request: without it HAProxy 2.6 passed some of those 503 on to the client).
     c.wait_down("r1")
-    streams = LongStreams(c.url, affinity_keys(c.url, ["r2"])["r2"])
+    streams = long_streams(c.url, affinity_keys(c.url, ["r2"])["r2"])
     wait_generating(c, streams, "r2")
     c.signal("r2", 15)
     c.wait_draining("r2")
