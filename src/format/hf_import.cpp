@@ -23,6 +23,7 @@
 
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "format/half.hpp"
 #include "format/mapped_file.hpp"
 #include "format/safetensors.hpp"
@@ -61,7 +62,9 @@ class Checkpoint {
     if (is_file(index)) {
       json j;
       try {
-        j = json::parse(format::read_text_file(index, size_t{64} << 20));
+        const std::string text = format::read_text_file(index, size_t{64} << 20);
+        format::check_json_depth(text, index);
+        j = json::parse(text);
       } catch (const json::exception& e) {
         throw Error(ErrorKind::format, index + ": not valid JSON: " + e.what());
       }
@@ -171,7 +174,9 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   const std::string where = dir + "/config.json";
   json cfg;
   try {
-    cfg = json::parse(format::read_text_file(where, size_t{16} << 20));
+    const std::string text = format::read_text_file(where, size_t{16} << 20);
+    format::check_json_depth(text, where);
+    cfg = json::parse(text);
   } catch (const json::exception& e) {
     throw Error(ErrorKind::format, where + ": not valid JSON: " + e.what());
   }

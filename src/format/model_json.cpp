@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/json_text.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 
@@ -190,6 +191,7 @@ void check_specs(const json& j, const std::vector<TensorSpec>& want, const char*
 }  // namespace
 
 ModelDescription parse_model_json(std::string_view text, const std::string& what) {
+  check_json_depth(text, what);
   json j;
   try {
     j = json::parse(text);
@@ -229,8 +231,9 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   if (layout != kMatrixLayout)
     refuse(what, "matrix_layout '" + layout + "' is not supported; lockstep stores '" +
                      kMatrixLayout + "' ([in, out], out contiguous)");
+  const std::string precision = string_field(j, "precision", what, "model.json");
   try {
-    d.precision = parse_precision(string_field(j, "precision", what, "model.json"));
+    d.precision = parse_precision(precision);
   } catch (const Error& e) {
     refuse(what, e.what());
   }

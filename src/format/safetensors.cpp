@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::format {
@@ -148,6 +149,7 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file, const std::st
     }
     return true;
   };
+  check_json_depth(std::string_view(text, header_len), what + ": header");
   json header;
   try {
     header = json::parse(text, text + header_len, watch);

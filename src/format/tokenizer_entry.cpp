@@ -1,5 +1,6 @@
 #include "format/tokenizer_entry.hpp"
 
+#include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
@@ -12,7 +13,9 @@ TokenizerEntry read_tokenizer_entry(std::string_view model_path) {
   t.json_path = t.model_dir + "/model.json";
   nlohmann::json& j = t.model_json;
   try {
-    j = nlohmann::json::parse(read_text_file(t.json_path, size_t{16} << 20));
+    const std::string text = read_text_file(t.json_path, size_t{16} << 20);
+    check_json_depth(text, t.json_path);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::format, t.json_path + ": not valid JSON: " + e.what());
   }

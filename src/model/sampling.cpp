@@ -13,14 +13,6 @@
 
 namespace lockstep {
 
-void SamplingOptions::validate() const {
-  if (!(std::isfinite(temperature) && temperature >= 0.0f))
-    throw Error(ErrorKind::invalid_argument, "temperature must be a finite number >= 0 (0: greedy), got " + std::to_string(temperature));
-  if (top_k < 0) throw Error(ErrorKind::invalid_argument, "top-k must be >= 0 (0: off), got " + std::to_string(top_k));
-  if (!(top_p > 0.0f && top_p <= 1.0f))
-    throw Error(ErrorKind::invalid_argument, "top-p must be in (0, 1] (1: off), got " + std::to_string(top_p));
-}
-
 namespace {
 
 // The ids whose logit is not NaN, by logit, highest first, ties to the lower id: sorted as one

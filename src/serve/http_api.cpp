@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/host_math.hpp"
+#include "format/json_text.hpp"
 
 namespace lockstep::serve {
 namespace {
@@ -41,7 +42,7 @@ bool boolean(const json& v, const std::string& field) {
 }
 
 // The ids of `text`: through the tokenizer (BOS, then the pieces), else its bytes for a byte model.
-std::vector<int32_t> ids_of(const std::string& text, const Model& model, const Tokenizer* tokenizer,
+std::vector<int32_t> ids_of(const std::string& text, const ModelConfig& config, const Tokenizer* tokenizer,
                             const std::string& field) {
   std::vector<int32_t> out;
   if (tokenizer) {
@@ -53,8 +54,8 @@ std::vector<int32_t> ids_of(const std::string& text, const Model& model, const T
     }
     return out;
   }
-  if (model.config().vocab_size != 256)
-    throw bad(field, "this model has no tokenizer and its vocabulary has " + std::to_string(model.config().vocab_size) +
+  if (config.vocab_size != 256)
+    throw bad(field, "this model has no tokenizer and its vocabulary has " + std::to_string(config.vocab_size) +
                          " ids, not bytes, so it takes no text: give '" + field + "' as an array of token ids");
   for (unsigned char c : text) out.push_back(c);
   return out;
@@ -88,8 +89,11 @@ std::string chat_prompt(const json& messages) {
   return text + "assistant:";
 }
 
-CompletionRequest parse_completion(const std::string& body, const Model& model, const std::string& model_name,
+CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
                                    const Tokenizer* tokenizer, bool chat) {
+  if (const size_t at = format::json_too_deep_at(body); at != std::string::npos)
+    throw ApiError(400, "the body nests arrays and objects deeper than " + std::to_string(format::kMaxJsonDepth) +
+                            " levels (at byte " + std::to_string(at) + ")");
   json j;
   try {
     j = json::parse(body);
@@ -105,15 +109,15 @@ CompletionRequest parse_completion(const std::string& body, const Model& model, 
                    "model", "invalid_request_error", "model_not_found");
   CompletionRequest r;
   r.chat = chat;
-  const int32_t vocab = model.config().vocab_size;
+  const int32_t vocab = config.vocab_size;
   if (chat) {
     if (!j.contains("messages")) throw bad("messages", "'messages' is required");
-    r.prompt = ids_of(chat_prompt(j["messages"]), model, tokenizer, "messages");
+    r.prompt = ids_of(chat_prompt(j["messages"]), config, tokenizer, "messages");
   } else {
     if (!j.contains("prompt")) throw bad("prompt", "'prompt' is required");
     const json& p = j["prompt"];
     if (p.is_string()) {
-      r.prompt = ids_of(p.get<std::string>(), model, tokenizer, "prompt");
+      r.prompt = ids_of(p.get<std::string>(), config, tokenizer, "prompt");
     } else if (p.is_array()) {
       if (p.size() > static_cast<size_t>(max_request_tokens)) throw bad("prompt", "'prompt' has too many tokens");
       for (size_t i = 0; i < p.size(); ++i)

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/generator.hpp"
-#include "lockstep/model.hpp"
+#include "lockstep/config.hpp"
 #include "lockstep/tokenizer.hpp"
 
 namespace lockstep::serve {
@@ -53,7 +53,7 @@ inline constexpr int32_t max_request_tokens = 1 << 20;
 // `messages` become the prompt through chat_prompt. `tokenizer`: the model's (null: none), which
 // encodes text (BOS, then the pieces, as `lockstep generate`); a model with neither a tokenizer nor
 // the 256 bytes takes token ids only and refuses text, `stop` and `echo`.
-CompletionRequest parse_completion(const std::string& body, const Model& model, const std::string& model_name,
+CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
                                    const Tokenizer* tokenizer, bool chat);
 
 // The chat template for a base byte model: each message as "<role>: <content>\n", then

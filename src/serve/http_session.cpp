@@ -173,7 +173,7 @@ void HttpSession::route() {
 }
 
 void HttpSession::completion(bool chat) {
-  completion_ = parse_completion(request_.body(), *context_.model, context_.model_name, context_.tokenizer.get(), chat);
+  completion_ = parse_completion(request_.body(), context_.model->config(), context_.model_name, context_.tokenizer.get(), chat);
   const CompletionRequest& r = completion_;
   if (!r.seed_given) completion_.sampling.seed = random_u64();
   prompt_text_.clear();

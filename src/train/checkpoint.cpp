@@ -15,6 +15,7 @@
 
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "format/safetensors.hpp"
 #include "format/weights.hpp"
@@ -154,7 +155,9 @@ Checkpoint read_checkpoint(const std::string& step_dir) {
   const std::string training_path = step_dir + "/" + kTrainingFile;
   json j;
   try {
-    j = json::parse(format::read_text_file(training_path, format::kMaxModelJsonBytes));
+    const std::string text = format::read_text_file(training_path, format::kMaxModelJsonBytes);
+    format::check_json_depth(text, training_path);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     refuse(training_path, std::string("not valid JSON: ") + e.what());
   }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "lockstep/error.hpp"
 
@@ -48,6 +49,7 @@ std::string kept_lines(const std::string& text, int64_t keep_through) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
+    if (format::json_too_deep_at(line) != std::string_view::npos) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;
     const auto step = j.find("step");

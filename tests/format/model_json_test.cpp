@@ -180,6 +180,8 @@ TEST_F(ModelJsonRefusal, WrongMatrixLayout) {
 
 TEST_F(ModelJsonRefusal, BadPrecision) {
   ExpectRefused([](ordered_json& j) { j["precision"] = "f16"; }, {"unknown precision 'f16'"});
+  ExpectRefused([](ordered_json& j) { j["precision"] = 16; }, {"model.json.precision is not a string"});
+  EXPECT_EQ(test::load_refusal(dir_).message, json_path_ + ": model.json.precision is not a string");  // named once
 }
 
 TEST_F(ModelJsonRefusal, BadConfigValues) {
@@ -249,6 +251,12 @@ TEST_F(ModelJsonRefusal, BadCheckpoint) {
                 {"checkpoint.step is not a non-negative integer"});
   ExpectRefused([](ordered_json& j) { j["checkpoint"] = {{"slug", 3}}; }, {"checkpoint.slug is not a string"});
   ExpectRefused([](ordered_json& j) { j["checkpoint"] = "step-1"; }, {"checkpoint is neither null nor an object"});
+}
+
+TEST_F(ModelJsonRefusal, NestedTooDeep) {
+  // 100,000 nested arrays in a field lockstep ignores: refused before parsing, not a crash.
+  ExpectRefusedText("{\"note\": " + std::string(100000, '[') + std::string(100000, ']') + ", " + original_.substr(1),
+                    {"JSON nested deeper than 64 arrays and objects (at byte 72)"});
 }
 
 TEST_F(ModelJsonRefusal, NotJson) {

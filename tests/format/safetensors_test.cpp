@@ -245,6 +245,13 @@ TEST_F(Malformed, HeaderLengthOverTheCap) {
   ExpectRefused({"header length 18446744073709551615 is over the limit"});
 }
 
+TEST_F(Malformed, HeaderNestedTooDeep) {
+  test::SafetensorsFile f = test::split_safetensors(bytes_);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  WriteBytes(test::join_safetensors("{\"__metadata__\": {\"note\": " + deep + "}, " + f.header_text.substr(1), f.data));
+  ExpectRefused({"header: JSON nested deeper than 64 arrays and objects (at byte 88)"});
+}
+
 TEST_F(Malformed, HeaderIsNotValidJson) {
   test::SafetensorsFile f = test::split_safetensors(bytes_);
   const size_t colon = f.header_text.find(':');

@@ -168,6 +168,22 @@ def test_errors_404_405_400_413(shared_server):
     assert "4096" in e["message"]
 
 
+def test_a_deeply_nested_body_is_400_and_the_server_goes_on(serve):
+    # 100,000 nested arrays or objects (200-600 KB, under the default --max-body): copying or
+    # printing such a value recurses once per level (it crashed the server), so it is refused
+    # before parsing, by its depth.
+    s = serve("--http", "127.0.0.1:0")
+    depth = 100000
+    for body in (b'{"prompt": "a", "max_tokens": ' + b"[" * depth + b"]" * depth + b"}",
+                 b'{"prompt": "a", "stop": ' + b"{\"a\":" * depth + b"1" + b"}" * depth + b"}"):
+        e = expect_error(s, "POST", "/v1/completions", body, 400)
+        assert "deeper than 64 levels" in e["message"], e
+    e = expect_error(s, "POST", "/v1/chat/completions", b'{"messages": ' + b"[" * depth + b"]" * depth + b"}", 400)
+    assert "deeper than 64 levels" in e["message"], e
+    assert s.request("GET", "/health")[0] == 200
+    assert completion(s, prompt="a", max_tokens=3, seed=1)["choices"][0]["finish_reason"] == "length"
+
+
 def test_concurrent_requests_equal_their_solo_answers(serve):
     s = serve("--http", "127.0.0.1:0", "--http-batch", "64")
     bodies = [dict(prompt=f"req {i}", max_tokens=60 + 7 * i, temperature=0.9, seed=1000 + i, top_k=50)
