@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
 
 #include "core/sha256.hpp"
@@ -79,8 +80,30 @@ void HttpSession::read_request() {
   parser_->body_limit(context_.max_body);
   parser_->header_limit(16 * 1024);
   arm(context_.read_timeout);
-  http::async_read(socket_, buffer_, *parser_,
-                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) { self->on_request(ec); });
+  http::async_read_header(socket_, buffer_, *parser_,
+                          [self = shared_from_this()](const boost::system::error_code& ec, size_t) { self->on_header(ec); });
+}
+
+void HttpSession::on_header(const boost::system::error_code& ec) {
+  // Errors (a body past --max-body is known from Content-Length already) are answered as a whole
+  // request's are, without reading the body.
+  if (ec || closed_) return on_request(ec);
+  const auto read_body = [self = shared_from_this()] {
+    http::async_read(self->socket_, self->buffer_, *self->parser_,
+                     [self](const boost::system::error_code& e, size_t) { self->on_request(e); });
+  };
+  const auto& header = parser_->get();
+  const auto expect = header.find(http::field::expect);
+  if (header.version() < 11 || expect == header.end() || !beast::iequals(expect->value(), "100-continue"))
+    return read_body();
+  // The client waits for this before sending the body (curl past 1 MiB, older libcurl past 1 KiB;
+  // without it they wait a second, RFC 9110 section 10.1.1). The read timeout still runs.
+  static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  asio::async_write(socket_, asio::buffer(kContinue, sizeof kContinue - 1),
+                    [self = shared_from_this(), read_body](const boost::system::error_code& e, size_t) {
+                      if (e) return self->on_request(e);
+                      read_body();
+                    });
 }
 
 void HttpSession::on_request(const boost::system::error_code& ec) {

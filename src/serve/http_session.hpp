@@ -75,6 +75,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   };
 
   void read_request();
+  // The header first, so that a client waiting on `Expect: 100-continue` is told to send its body.
+  void on_header(const boost::system::error_code& ec);
   void on_request(const boost::system::error_code& ec);
   void route();
   void completion(bool chat);

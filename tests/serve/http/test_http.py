@@ -184,6 +184,38 @@ def test_a_deeply_nested_body_is_400_and_the_server_goes_on(serve):
     assert completion(s, prompt="a", max_tokens=3, seed=1)["choices"][0]["finish_reason"] == "length"
 
 
+def read_head(sock):
+    """Bytes up to the end of one response head (CRLF CRLF), and whatever came after it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def test_expect_100_continue_is_answered_before_the_body(shared_server):
+    # curl (past 1 MiB) and older libcurl (past 1 KiB) send the headers, then wait for
+    # "100 Continue" before the body; without it they wait a second. The client here waits up to
+    # 10 s, so a server that did not answer fails the test instead of slowing it.
+    body = json.dumps({"prompt": "x" * 2000, "max_tokens": 2, "seed": 1}).encode()
+    with socket.create_connection(("127.0.0.1", shared_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        head, rest = read_head(sock)
+        assert head == b"HTTP/1.1 100 Continue" and rest == b""
+        sock.sendall(body)
+        head, rest = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+    # Past --max-body (4096 here) the answer is 413 at once, and the body is never asked for.
+    with socket.create_connection(("127.0.0.1", shared_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
+        head, _ = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 413 "), head
+
+
 def test_concurrent_requests_equal_their_solo_answers(serve):
     s = serve("--http", "127.0.0.1:0", "--http-batch", "64")
     bodies = [dict(prompt=f"req {i}", max_tokens=60 + 7 * i, temperature=0.9, seed=1000 + i, top_k=50)
