@@ -39,6 +39,7 @@ void check(const serve::CompletionRequest& r, const ModelConfig& config, bool ch
   if (!(s.top_p > 0 && s.top_p <= 1)) broken("top_p is in (0, 1]");
   if (s.top_k < 0 || s.top_k > config.vocab_size) broken("top_k is in [0, vocab]");
   if (chat && r.echo) broken("a chat request does not echo");
+  if (r.include_usage && !r.stream) broken("include_usage only for a stream");
   if (config.vocab_size != 256 && (r.echo || !r.stop.empty())) broken("a model without text has no stop or echo");
 }
 

@@ -61,6 +61,36 @@ std::vector<int32_t> ids_of(const std::string& text, const ModelConfig& config, 
   return out;
 }
 
+// OpenAI's fields that would change the answer and that lockstep does not implement: accepted at
+// their neutral values (SDKs send those), refused otherwise rather than ignored, so that an
+// answer is never silently other than what was asked.
+void refuse_unsupported(const json& j, bool chat) {
+  const auto given = [&](const char* k) -> const json* {
+    const auto it = j.find(k);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  const auto neutral_number = [&](const char* k, double neutral) {
+    if (const json* v = given(k); v && !(v->is_number() && v->get<double>() == neutral))
+      throw bad(k, std::string("'") + k + "' is not supported (only " + (neutral == 0 ? "0" : "1") +
+                       "): lockstep samples from the model's distribution as temperature, top_k and top_p shape it");
+  };
+  neutral_number("presence_penalty", 0);
+  neutral_number("frequency_penalty", 0);
+  neutral_number("repetition_penalty", 1);
+  if (const json* v = given("logit_bias"); v && !(v->is_object() && v->empty()))
+    throw bad("logit_bias", "'logit_bias' is not supported (only {})");
+  if (chat) {
+    if (const json* v = given("response_format");
+        v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text"))
+      throw bad("response_format", "'response_format' is not supported (only {\"type\": \"text\"})");
+    for (const char* k : {"tools", "functions"})
+      if (const json* v = given(k); v && !(v->is_array() && v->empty()))
+        throw bad(k, std::string("'") + k + "' is not supported: this is a base model without tool calls");
+  } else if (const json* v = given("suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
+    throw bad("suffix", "'suffix' is not supported (only \"\")");
+  }
+}
+
 }  // namespace
 
 std::string error_json(const std::string& message, const std::string& type, const std::string& param,
@@ -115,7 +145,16 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
     r.prompt = ids_of(chat_prompt(j["messages"]), config, tokenizer, "messages");
   } else {
     if (!j.contains("prompt")) throw bad("prompt", "'prompt' is required");
-    const json& p = j["prompt"];
+    const json* prompt = &j["prompt"];
+    // OpenAI's batch form, a list of prompts (strings or arrays of ids): clients send a single
+    // prompt that way too (LangChain does), so one is taken as the prompt; several are refused.
+    if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+      if (prompt->size() > 1)
+        throw bad("prompt", "'prompt' lists " + std::to_string(prompt->size()) +
+                                " prompts; this server answers one prompt per request (send one request each)");
+      prompt = &(*prompt)[0];
+    }
+    const json& p = *prompt;
     if (p.is_string()) {
       r.prompt = ids_of(p.get<std::string>(), config, tokenizer, "prompt");
     } else if (p.is_array()) {
@@ -175,6 +214,14 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
   }
   if (has("best_of") && !(j["best_of"].is_number_integer() && j["best_of"].get<int64_t>() == r.n))
     throw bad("best_of", "'best_of' is not supported (only equal to n)");
+  if (has("stream_options")) {
+    const json& o = j["stream_options"];
+    if (!r.stream) throw bad("stream_options", "'stream_options' is only for streamed requests (\"stream\": true)");
+    if (!o.is_object()) throw bad("stream_options", "'stream_options' must be an object");
+    if (o.contains("include_usage") && !o["include_usage"].is_null())
+      r.include_usage = boolean(o["include_usage"], "stream_options.include_usage");
+  }
+  refuse_unsupported(j, chat);
   try {
     r.sampling.validate();
   } catch (const std::exception& e) {

@@ -42,6 +42,7 @@ struct CompletionRequest {
   bool echo = false;
   int32_t logprobs = -1;  // -1: none; else the top N per token (0..20)
   bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
 };
 
 inline constexpr int32_t max_choices = 16;

@@ -446,14 +446,32 @@ std::string HttpSession::chunk_json(size_t index, const std::string& text, const
             {"model", context_.model_name},
             {"choices", json::array({choice})},
             {"seed", completion_.sampling.seed}};
+  if (completion_.include_usage) j["usage"] = nullptr;  // as OpenAI: null but in the last chunk
   return dump(j);
+}
+
+nlohmann::json HttpSession::usage_json() const {
+  size_t generated = 0;
+  for (const Choice& c : choices_) generated += bytes_model() ? c.bytes.size() : c.ids.size();
+  const size_t prompt_tokens = completion_.prompt.size();
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", generated}, {"total_tokens", prompt_tokens + generated}};
 }
 
 void HttpSession::finish_completion() {
   work_ = {};
   const CompletionRequest& r = completion_;
   if (r.stream) {
-    const std::string done = "data: [DONE]\n\n";
+    std::string done = "data: [DONE]\n\n";
+    if (r.include_usage) {  // stream_options.include_usage: the usage in a chunk of no choices
+      const json usage = {{"id", id_},
+                          {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", created_},
+                          {"model", context_.model_name},
+                          {"choices", json::array()},
+                          {"usage", usage_json()},
+                          {"seed", r.sampling.seed}};
+      done = "data: " + dump(usage) + "\n\n" + done;
+    }
     send(hex(done.size()) + "\r\n" + done + "\r\n0\r\n\r\n", !keep_alive_ || stopping_);
     response_done_ = true;
     if (!writing_) write_next();
@@ -461,11 +479,9 @@ void HttpSession::finish_completion() {
   }
   if (!error_.empty()) return respond_error(500, "generation failed: " + error_, {}, "server_error");
   json choices = json::array();
-  size_t generated = 0;
   const bool bytes = bytes_model();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    generated += bytes ? c.bytes.size() : c.ids.size();
     // A byte model's bytes made valid UTF-8; a tokenizer's text as it settled; token ids only: "".
     const std::string text = bytes ? valid_utf8((r.echo ? prompt_text_ : std::string()) + c.bytes)
                                    : (r.echo ? prompt_text_ : std::string()) + c.text;
@@ -480,14 +496,12 @@ void HttpSession::finish_completion() {
     else choice["text"] = text;
     choices.push_back(choice);
   }
-  const size_t prompt_tokens = r.prompt.size();
   json j = {{"id", id_},
             {"object", r.chat ? "chat.completion" : "text_completion"},
             {"created", created_},
             {"model", context_.model_name},
             {"choices", choices},
-            {"usage",
-             {{"prompt_tokens", prompt_tokens}, {"completion_tokens", generated}, {"total_tokens", prompt_tokens + generated}}},
+            {"usage", usage_json()},
             {"seed", r.sampling.seed}};
   respond(200, "application/json", dump(j));
 }

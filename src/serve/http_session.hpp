@@ -86,6 +86,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_done(size_t index, Finish finish, const std::string& error, const std::string& settled);
   bool bytes_model() const { return !context_.tokenizer && context_.model->config().vocab_size == 256; }
   std::string choice_sha256(const Choice& c) const;
+  // {"prompt_tokens", "completion_tokens", "total_tokens"} over every choice so far.
+  nlohmann::json usage_json() const;
   void finish_completion();
   void watch_disconnect();
   void cancel_generation();

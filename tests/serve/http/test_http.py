@@ -156,6 +156,48 @@ def test_bad_fields_are_400_naming_them(shared_server, body, param):
     expect_error(shared_server, "POST", "/v1/completions", json.dumps(body).encode(), 400, param)
 
 
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": "a", "presence_penalty": 0.5}, "presence_penalty"),
+    ("/v1/completions", {"prompt": "a", "frequency_penalty": -1}, "frequency_penalty"),
+    ("/v1/completions", {"prompt": "a", "repetition_penalty": 1.2}, "repetition_penalty"),
+    ("/v1/completions", {"prompt": "a", "logit_bias": {"65": 100}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "a", "suffix": "zz"}, "suffix"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"prompt": "a", "stream_options": {"include_usage": True}}, "stream_options"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
+                              "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
+                              "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+])
+def test_fields_that_would_change_the_answer_are_refused_not_ignored(shared_server, path, body, param):
+    expect_error(shared_server, "POST", path, json.dumps(body).encode(), 400, param)
+
+
+def test_neutral_values_of_unsupported_fields_and_a_one_prompt_list_are_taken(shared_server):
+    # What SDKs send by default (LangChain: the penalties at 0, logit_bias {}, the prompt in a list).
+    plain = completion(shared_server, prompt="ab", max_tokens=5, seed=3)["choices"][0]["sha256"]
+    neutral = dict(presence_penalty=0, frequency_penalty=0.0, repetition_penalty=1, logit_bias={}, suffix=None,
+                   user="u")
+    assert completion(shared_server, prompt="ab", max_tokens=5, seed=3, **neutral)["choices"][0]["sha256"] == plain
+    assert completion(shared_server, prompt=["ab"], max_tokens=5, seed=3)["choices"][0]["sha256"] == plain
+    assert completion(shared_server, prompt=[[97, 98]], max_tokens=5, seed=3)["choices"][0]["sha256"] == plain
+
+
+def test_stream_options_include_usage_adds_a_last_chunk_with_the_usage(shared_server):
+    events = stream(shared_server, dict(prompt="ab", max_tokens=6, seed=4, n=2,
+                                        stream_options={"include_usage": True}))
+    *chunks, last = events
+    assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 2, "completion_tokens": 12,
+                                                       "total_tokens": 14}
+    assert chunks and all(c["usage"] is None and len(c["choices"]) == 1 for c in chunks)
+    plain = stream(shared_server, dict(prompt="ab", max_tokens=6, seed=4, n=2))
+    assert all("usage" not in c for c in plain)
+    # The choices' events interleave as the batch runs; each choice's own sequence is the same.
+    def by_choice(events):
+        return {i: [c["choices"][0] for c in events if c["choices"][0]["index"] == i] for i in (0, 1)}
+    assert by_choice(plain) == by_choice(chunks)
+
+
 def test_errors_404_405_400_413(shared_server):
     e = expect_error(shared_server, "GET", "/v2/nothing", None, 404)
     assert e["code"] == "not_found"
