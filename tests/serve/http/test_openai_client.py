@@ -1,5 +1,6 @@
 """The official OpenAI JavaScript client (npm `openai@6`, Node.js 20) against `--http`: a
-completion and a streamed completion whose text equals `lockstep generate`'s for the same seed.
+completion and a streamed completion whose text equals `lockstep generate`'s for the same seed,
+and a stream with `stream_options.include_usage` whose last chunk carries the usage.
 npm installs into a temporary folder outside the repository, bounded in time; where npm is
 missing or cannot reach its registry the test is skipped, saying so."""
 import json
@@ -22,7 +23,16 @@ for await (const chunk of s) {
   streamed += chunk.choices[0].text;
   if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
 }
-console.log(JSON.stringify({ text: c.choices[0].text, finish: c.choices[0].finish_reason, streamed, stream_finish: finish }));
+// With stream_options.include_usage the last chunk has no choices and carries the usage.
+let counted = '';
+let usage = null;
+const u = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+for await (const chunk of u) {
+  if (chunk.choices.length) counted += chunk.choices[0].text;
+  if (chunk.usage) usage = chunk.usage;
+}
+console.log(JSON.stringify({ text: c.choices[0].text, finish: c.choices[0].finish_reason, streamed, stream_finish: finish,
+                             counted, usage }));
 """
 
 
@@ -49,4 +59,5 @@ def test_openai_js_client_equals_generate(openai_dir, serve, model):
     assert r.returncode == 0, r.stderr.decode()
     got = json.loads(r.stdout)
     expected = generate(model, "Hello", 30, "0.8", 5).decode("utf-8", errors="replace")
-    assert got == {"text": expected, "finish": "length", "streamed": expected, "stream_finish": "length"}
+    assert got == {"text": expected, "finish": "length", "streamed": expected, "stream_finish": "length",
+                   "counted": expected, "usage": {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}}
