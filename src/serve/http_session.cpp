@@ -49,6 +49,26 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
+// A path segment with its %XX escapes decoded (clients encode a model name's reserved bytes);
+// a '%' not followed by two hex digits stays as it is.
+std::string percent_decoded(std::string_view s) {
+  const auto hex_value = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const int hi = s[i] == '%' && i + 2 < s.size() ? hex_value(s[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_value(s[i + 2]) : -1;
+    if (lo >= 0) {
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 HttpSession::HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed)
@@ -152,6 +172,11 @@ void HttpSession::route() {
   const Route* route = nullptr;
   for (const Route& r : routes)
     if (path == r.path) route = &r;
+  // GET /v1/models/{id} (the OpenAI clients' models.retrieve): routed as /v1/models, answered below.
+  static const Route model_route{"/v1/models", http::verb::get};
+  const std::string_view models_prefix = "/v1/models/";
+  const bool one_model = !route && path.size() > models_prefix.size() && path.rfind(models_prefix, 0) == 0;
+  if (one_model) route = &model_route;
   if (!route) return respond_error(404, "no such endpoint: " + path, {}, "invalid_request_error", "not_found");
   endpoint_ = route->path;
   const bool head = method == http::verb::head && route->method == http::verb::get;
@@ -180,7 +205,7 @@ void HttpSession::route() {
                    context_.metrics.text(context_.replica, context_.model_name, context_.model->profile(),
                                          context_.model->parameters_sha256(), reused, computed));
   }
-  if (path == "/v1/models") {
+  if (route == &model_route || path == "/v1/models") {
     json m = {{"id", context_.model_name},
               {"object", "model"},
               {"created", 0},
@@ -190,6 +215,14 @@ void HttpSession::route() {
               {"window", context_.model->config().length},
               {"vocab_size", context_.model->config().vocab_size},
               {"tokenizer", context_.tokenizer ? context_.tokenizer->type() : bytes_model() ? "bytes" : "none"}};
+    if (one_model) {
+      const std::string id = percent_decoded(path.substr(models_prefix.size()));
+      if (id != context_.model_name)
+        return respond_error(404, "the model '" + id + "' is not served here; this server serves '" +
+                                      context_.model_name + "'",
+                             "model", "invalid_request_error", "model_not_found");
+      return respond(200, "application/json", dump(m));
+    }
     return respond(200, "application/json", dump(json{{"object", "list"}, {"data", json::array({m})}}));
   }
   completion(path == "/v1/chat/completions");

@@ -125,6 +125,15 @@ def test_health_models_playground(shared_server):
     assert "https://" not in page and "http://" not in page  # nothing from the internet
 
 
+def test_one_model_by_its_id(shared_server):
+    _, _, listed = shared_server.request("GET", "/v1/models")
+    for path in ("/v1/models/tiny", "/v1/models/ti%6Ey"):  # clients escape a name's reserved bytes
+        status, _, body = shared_server.request("GET", path)
+        assert status == 200 and json.loads(body) == json.loads(listed)["data"][0]
+    e = expect_error(shared_server, "GET", "/v1/models/other", None, 404, "model")
+    assert e["code"] == "model_not_found" and "'tiny'" in e["message"]
+
+
 def expect_error(server, method, path, body, status, param=None, headers=None):
     got, _, data = server.request(method, path, body, headers)
     assert got == status, data

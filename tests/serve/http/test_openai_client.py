@@ -1,6 +1,7 @@
 """The official OpenAI JavaScript client (npm `openai@6`, Node.js 20) against `--http`: a
 completion and a streamed completion whose text equals `lockstep generate`'s for the same seed,
-and a stream with `stream_options.include_usage` whose last chunk carries the usage.
+a stream with `stream_options.include_usage` whose last chunk carries the usage, and
+models.retrieve.
 npm installs into a temporary folder outside the repository, bounded in time; where npm is
 missing or cannot reach its registry the test is skipped, saying so."""
 import json
@@ -31,8 +32,9 @@ for await (const chunk of u) {
   if (chunk.choices.length) counted += chunk.choices[0].text;
   if (chunk.usage) usage = chunk.usage;
 }
+const model = await client.models.retrieve('tiny');
 console.log(JSON.stringify({ text: c.choices[0].text, finish: c.choices[0].finish_reason, streamed, stream_finish: finish,
-                             counted, usage }));
+                             counted, usage, model: model.id }));
 """
 
 
@@ -60,4 +62,4 @@ def test_openai_js_client_equals_generate(openai_dir, serve, model):
     got = json.loads(r.stdout)
     expected = generate(model, "Hello", 30, "0.8", 5).decode("utf-8", errors="replace")
     assert got == {"text": expected, "finish": "length", "streamed": expected, "stream_finish": "length",
-                   "counted": expected, "usage": {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}}
+                   "counted": expected, "usage": {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}, "model": "tiny"}
