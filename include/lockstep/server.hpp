@@ -40,6 +40,9 @@ struct HttpOptions {
   std::chrono::milliseconds drain{30'000};  // at stop, active generations finish within this
   std::string api_key;                      // "": none; else /v1/* needs "Bearer KEY" (401)
   std::string model_name;                   // "": the model directory's name
+  // Browser origins (scheme://host[:port]) whose pages may call the API (CORS); "*": any.
+  // Empty: none, and no CORS header is sent.
+  std::vector<std::string> cors_origins;
 };
 
 struct ServerOptions {

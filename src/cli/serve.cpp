@@ -115,6 +115,17 @@ class SignalWatcher {
   std::thread thread_;  // last: starts once the members above exist
 };
 
+// "*", or an origin as browsers send it: scheme, host and maybe a port, no path.
+void check_cors_origin(const std::string& origin) {
+  if (origin == "*") return;
+  const size_t scheme = origin.find("://");
+  const std::string rest = scheme == std::string::npos ? std::string() : origin.substr(scheme + 3);
+  const bool scheme_ok = origin.rfind("http://", 0) == 0 || origin.rfind("https://", 0) == 0;
+  if (!scheme_ok || rest.empty() || rest.find_first_of("/?# \t\r\n") != std::string::npos)
+    throw Error(ErrorKind::invalid_argument, "--cors-origin must be * or an origin such as http://localhost:3000 "
+                                             "(scheme, host and port, no path), got '" + origin + "'");
+}
+
 }  // namespace
 
 Run add_serve(CLI::App& app) {
@@ -162,6 +173,10 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--api-key-file", f->api_key_file,
                   "a file holding the key HTTP clients must send as 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--model-name", f->server.http_options.model_name, "the model's name in the HTTP API");
+  cmd->add_option("--cors-origin", f->server.http_options.cors_origins,
+                  "a browser ORIGIN (http[s]://host[:port]) whose pages may call the HTTP API, or * for any; "
+                  "repeatable (default: none)")
+      ->allow_extra_args(false);
   cmd->add_option("--name", f->server.replica,
                   "this replica's name: in /health, /metrics, the X-Lockstep-Replica header and the handshake "
                   "(default: the host name and the first bound port)");
@@ -200,6 +215,7 @@ Run add_serve(CLI::App& app) {
     options.http_options.write_timeout = idle_seconds("--write-timeout", f->write_timeout_s);
     options.http_options.drain = idle_seconds("--drain-seconds", f->drain_s);
     if (!f->api_key_file.empty()) options.http_options.api_key = read_api_key(f->api_key_file);
+    for (const std::string& origin : options.http_options.cors_origins) check_cors_origin(origin);
     LoadOptions load = f->model.load_options();
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
@@ -179,6 +180,16 @@ void HttpSession::route() {
   if (one_model) route = &model_route;
   if (!route) return respond_error(404, "no such endpoint: " + path, {}, "invalid_request_error", "not_found");
   endpoint_ = route->path;
+  // A browser's CORS preflight, before any authentication (it carries no credentials).
+  if (method == http::verb::options && request_.find(http::field::access_control_request_method) != request_.end() &&
+      !cors_headers().empty()) {
+    const bool get = route->method == http::verb::get;
+    std::vector<std::pair<std::string, std::string>> headers = {
+        {"Access-Control-Allow-Methods", get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS"}, {"Access-Control-Max-Age", "600"}};
+    if (const auto asked = request_.find(http::field::access_control_request_headers); asked != request_.end())
+      headers.emplace_back("Access-Control-Allow-Headers", std::string(asked->value()));
+    return respond(204, "", "", headers);
+  }
   const bool head = method == http::verb::head && route->method == http::verb::get;
   if (method != route->method && !head)
     return respond_error(405, std::string("method ") + std::string(request_.method_string()) + " is not allowed on " +
@@ -317,7 +328,7 @@ void HttpSession::completion(bool chat) {
   if (r.stream) {
     context_.metrics.count_request(endpoint_, 200);
     send("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-         "X-Lockstep-Replica: " + context_.replica + "\r\nTransfer-Encoding: chunked\r\nConnection: " +
+         "X-Lockstep-Replica: " + context_.replica + "\r\n" + cors_headers() + "Transfer-Encoding: chunked\r\nConnection: " +
              std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n",
          false);
     for (size_t i = 0; i < choices_.size(); ++i) {
@@ -545,13 +556,24 @@ void HttpSession::respond(int status, const std::string& content_type, const std
   const bool close_after = !keep_alive_ || stopping_ || status == 413 || (status == 400 && !parser_->is_done());
   std::string text = "HTTP/1.1 " + std::to_string(status) + " " +
                      std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
-  text += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  text += "X-Lockstep-Replica: " + context_.replica + "\r\n";
+  if (status != 204) text += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  text += "X-Lockstep-Replica: " + context_.replica + "\r\n" + cors_headers();
   for (const auto& [k, v] : headers) text += k + ": " + v + "\r\n";
   text += close_after ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (request_.method() != http::verb::head) text += body;
   response_done_ = true;
   send(std::move(text), close_after);
+}
+
+std::string HttpSession::cors_headers() const {
+  const std::vector<std::string>& allowed = context_.cors_origins;
+  const auto origin = request_.find(http::field::origin);
+  if (allowed.empty() || origin == request_.end()) return {};
+  const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
+  if (!any && std::find(allowed.begin(), allowed.end(), origin->value()) == allowed.end()) return {};
+  // The parser refused CR and LF in header values, so the origin is echoed safely.
+  return "Access-Control-Allow-Origin: " + (any ? std::string("*") : std::string(origin->value())) +
+         "\r\nVary: Origin\r\nAccess-Control-Expose-Headers: X-Lockstep-Replica\r\n";
 }
 
 void HttpSession::respond_error(int status, const std::string& message, const std::string& param,

@@ -50,6 +50,7 @@ struct HttpContext {
   const std::string& replica;                       // the X-Lockstep-Replica header, /health, /metrics
   std::atomic<bool>& draining;                      // /health 503, new requests 503
   std::shared_ptr<const Tokenizer> tokenizer;       // the model's; null: bytes (vocabulary 256) or token ids only
+  std::vector<std::string> cors_origins;            // --cors-origin (HttpOptions::cors_origins)
 };
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
@@ -86,6 +87,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_done(size_t index, Finish finish, const std::string& error, const std::string& settled);
   bool bytes_model() const { return !context_.tokenizer && context_.model->config().vocab_size == 256; }
   std::string choice_sha256(const Choice& c) const;
+  // The CORS header lines for this request's Origin when --cors-origin allows it, else "".
+  std::string cors_headers() const;
   // {"prompt_tokens", "completion_tokens", "total_tokens"} over every choice so far.
   nlohmann::json usage_json() const;
   void finish_completion();

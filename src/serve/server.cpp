@@ -123,7 +123,8 @@ struct Server::Impl {
                      options.http_options.api_key,
                      replica,
                      draining,
-                     http_tokenizer(*model, options)},
+                     http_tokenizer(*model, options),
+                     options.http_options.cors_origins},
         drain_timer(strand) {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));

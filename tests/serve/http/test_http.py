@@ -566,6 +566,50 @@ def test_api_key(serve, tmp_path):
     assert s.request("GET", "/health")[0] == 200
 
 
+def test_cors_only_for_the_origins_given(serve, tmp_path, shared_server):
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    app = "http://app.example:3000"
+    s = serve("--http", "127.0.0.1:0", "--api-key-file", str(key), "--cors-origin", app)
+    asked = "authorization, content-type, x-stainless-lang"
+    preflight = {"Origin": app, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": asked}
+    # The preflight carries no credentials and is answered before the key is checked.
+    status, headers, body = s.request("OPTIONS", "/v1/completions", None, preflight)
+    assert status == 204 and body == b""
+    assert headers["Access-Control-Allow-Origin"] == app and headers["Access-Control-Allow-Headers"] == asked
+    assert "POST" in headers["Access-Control-Allow-Methods"] and "Content-Length" not in headers
+    body = json.dumps({"prompt": "a", "max_tokens": 2}).encode()
+    auth = {"Authorization": "Bearer s3cret"}
+    status, headers, _ = s.request("POST", "/v1/completions", body, {**auth, "Origin": app})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == app
+    assert "X-Lockstep-Replica" in headers["Access-Control-Expose-Headers"]
+    status, headers, _ = s.request("POST", "/v1/completions", body, {"Origin": app})  # the page can read its 401
+    assert status == 401 and headers["Access-Control-Allow-Origin"] == app
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "a", "max_tokens": 2, "stream": True}),
+                 headers={**auth, "Origin": app})
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("Access-Control-Allow-Origin") == app
+    r.read()
+    conn.close()
+    # Another origin, or a server without --cors-origin: no CORS header, and no preflight.
+    status, headers, _ = s.request("POST", "/v1/completions", body, {**auth, "Origin": "http://evil.example"})
+    assert status == 200 and "Access-Control-Allow-Origin" not in headers
+    status, headers, _ = s.request("OPTIONS", "/v1/completions", None, {**preflight, "Origin": "http://evil.example"})
+    assert status == 405 and "Access-Control-Allow-Origin" not in headers
+    status, headers, _ = shared_server.request("OPTIONS", "/v1/completions", None, preflight)
+    assert status == 405 and "Access-Control-Allow-Origin" not in headers
+    any_origin = serve("--http", "127.0.0.1:0", "--cors-origin", "*")
+    status, headers, _ = any_origin.request("GET", "/v1/models", None, {"Origin": "http://x.example"})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == "*"
+
+
+def test_a_bad_cors_origin_is_refused(model):
+    for origin in ["app.example", "http://app.example/", "ftp://x", "http://"]:
+        r = run("serve", model, "--http", "127.0.0.1:0", "--cors-origin", origin)
+        assert r.returncode == 1 and b"--cors-origin must be * or an origin" in r.stderr, r.stderr
+
+
 def test_read_timeout_closes_a_silent_client(serve):
     s = serve("--http", "127.0.0.1:0", "--read-timeout", "0.5")
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)

@@ -4,7 +4,9 @@ python3-selenium, headless (--no-sandbox, as tests run as root). It loads the pa
 and checks that the text shown equals the API's /v1/completions text for the same request.
 Skipped, with a message saying what is missing, only where chromium, chromium-driver or selenium
 is not installed. LOCKSTEP_PLAYGROUND_SCREENSHOT=PATH saves a screenshot there (docs/playground.png
-was taken so); LOCKSTEP_PLAYGROUND_MODEL=DIR serves that model instead of the tiny one."""
+was taken so); LOCKSTEP_PLAYGROUND_MODEL=DIR serves that model instead of the tiny one.
+Beside it, a page on another origin (a second loopback server) calls the API with fetch, through
+a CORS preflight: it gets the text when `--cors-origin` names its origin, a TypeError when not."""
 import os
 import shutil
 import signal
@@ -95,14 +97,72 @@ class StreamCutter:
         self.listener.close()
 
 
+def chromium(tmp_path):
+    """Headless Chromium through chromium-driver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = BROWSER
+    for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=900,560", f"--user-data-dir={tmp_path / 'chromium'}"]:
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+CROSS_ORIGIN_PAGE = """<!doctype html><meta charset="utf-8"><title>app</title><pre id="out">waiting</pre>
+<script>
+// What a web app on another origin does: JSON, a bearer key and a client's own header, so the
+// browser sends a CORS preflight first.
+fetch(API + "/v1/completions", {method: "POST",
+  headers: {"Content-Type": "application/json", "Authorization": "Bearer s3cret", "X-Stainless-Lang": "js"},
+  body: JSON.stringify({prompt: "Once upon a ", max_tokens: 24, temperature: 0.8, seed: 7})})
+  .then(r => r.json()).then(j => { document.getElementById("out").textContent = "ok:" + j.choices[0].text; })
+  .catch(e => { document.getElementById("out").textContent = "error:" + e; });
+</script>"""
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"playground browser test: {REASON}")
+@pytest.mark.parametrize("allowed", [True, False], ids=["allowed", "not-allowed"])
+def test_a_page_from_another_origin_calls_the_api_through_cors(allowed, serve, tmp_path):
+    import http.server
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    site = tmp_path / "site"
+    site.mkdir()
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(site), **k)  # noqa: E731
+    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=pages.serve_forever, daemon=True).start()
+    origin = f"http://127.0.0.1:{pages.server_address[1]}"
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    s = serve("--http", "127.0.0.1:0", "--api-key-file", str(key), *(["--cors-origin", origin] if allowed else []))
+    (site / "app.html").write_text(CROSS_ORIGIN_PAGE.replace("API", f'"http://127.0.0.1:{s.port}"', 1))
+    driver = chromium(tmp_path)
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(origin + "/app.html")
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "out").text != "waiting")
+        shown = driver.execute_script("return document.getElementById('out').textContent;")
+    finally:
+        driver.quit()
+        pages.shutdown()
+    status, answer = s.post("/v1/completions", dict(prompt="Once upon a ", max_tokens=24, temperature=0.8, seed=7),
+                            headers={"Authorization": "Bearer s3cret"})
+    assert status == 200, answer
+    if allowed:
+        assert shown == "ok:" + answer["choices"][0]["text"]
+    else:  # the browser refuses the answer to a page of an origin the server did not name
+        assert shown.startswith("error:TypeError"), shown
+
+
 @pytest.mark.skipif(REASON is not None, reason=f"playground browser test: {REASON}")
 @pytest.mark.parametrize("cuts", [0, 2], ids=["whole", "resumed"])
 def test_playground_shows_the_api_text(cuts, serve, model, tmp_path, request):
     def request_finalizer(server):
         request.addfinalizer(lambda: server.stop(signal.SIGKILL))
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -116,12 +176,7 @@ def test_playground_shows_the_api_text(cuts, serve, model, tmp_path, request):
     request = dict(prompt=os.environ.get("LOCKSTEP_PLAYGROUND_PROMPT", "Once upon a "), max_tokens=48,
                    temperature=0.8, top_p=1.0, top_k=0, seed=7)
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = BROWSER
-    for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=900,560", f"--user-data-dir={tmp_path / 'chromium'}"]:
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = chromium(tmp_path)
     # With cuts, the page comes through a proxy that breaks the stream twice mid-way: the page
     # resends the same request and continues the text exactly.
     cutter = StreamCutter(s.port, cuts, after=2500) if cuts else None
