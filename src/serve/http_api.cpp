@@ -168,7 +168,14 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
   }
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   const char* tokens_field = chat && has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (has(tokens_field)) r.max_tokens = static_cast<int32_t>(integer(j[tokens_field], tokens_field, 0, max_request_tokens));
+  if (has(tokens_field)) {
+    r.max_tokens = static_cast<int32_t>(integer(j[tokens_field], tokens_field, 0, max_request_tokens));
+  } else if (chat) {
+    // OpenAI's chat has no small default (vLLM takes what the context has left): the window's
+    // positions after the prompt, or completions' 16 where fewer are left.
+    const int64_t left = static_cast<int64_t>(config.length) - static_cast<int64_t>(r.prompt.size());
+    r.max_tokens = static_cast<int32_t>(std::clamp<int64_t>(left, 16, max_request_tokens));
+  }
   if (has("temperature")) {
     r.sampling.temperature = real(j["temperature"], "temperature");
     if (!(r.sampling.temperature >= 0)) throw bad("temperature", "'temperature' must be >= 0");

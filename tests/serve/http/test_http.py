@@ -652,6 +652,27 @@ def test_drain_lets_short_generations_finish(serve, model):
     assert s.proc.wait(20) == 128 + signal.SIGTERM
 
 
+def test_chat_without_max_tokens_runs_to_the_end_of_the_window(serve, tmp_path):
+    path = str(tmp_path / "w64")
+    assert run("init", "--seed", "3", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-ff", "32",
+               "--length", "64", "-o", path).returncode == 0
+    from conftest import Server
+    s = Server(path, ["--http", "127.0.0.1:0"], tmp_path)
+    try:
+        hi = {"messages": [{"role": "user", "content": "Hi"}], "seed": 1}  # "user: Hi\nassistant:", 19 bytes
+        status, a = s.post("/v1/chat/completions", hi)
+        assert status == 200 and a["usage"] == {"prompt_tokens": 19, "completion_tokens": 45, "total_tokens": 64}
+        status, a = s.post("/v1/chat/completions", {**hi, "stream": False, "max_completion_tokens": 3})
+        assert status == 200 and a["usage"]["completion_tokens"] == 3
+        long = {"messages": [{"role": "user", "content": "x" * 50}], "seed": 1}  # 67 bytes: past the window
+        status, a = s.post("/v1/chat/completions", long)
+        assert status == 200 and a["usage"]["completion_tokens"] == 16
+        status, a = s.post("/v1/completions", {"prompt": "Hi", "seed": 1})  # completions keep OpenAI's 16
+        assert status == 200 and a["usage"]["completion_tokens"] == 16
+    finally:
+        s.stop(signal.SIGKILL)
+
+
 def test_chat_completion(shared_server, model):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     status, a = shared_server.post("/v1/chat/completions",
