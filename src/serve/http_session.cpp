@@ -15,6 +15,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
+#include <openssl/crypto.h>
 
 #include "core/sha256.hpp"
 #include "serve/playground.hpp"
@@ -68,6 +69,16 @@ std::string percent_decoded(std::string_view s) {
     }
   }
   return out;
+}
+
+// Whether an Authorization value is "Bearer KEY" for `key`: the scheme in any case (RFC 9110
+// section 11.1), the key compared in constant time, so its bytes cannot be guessed from how long
+// a refusal takes.
+bool bearer_matches(beast::string_view value, const std::string& key) {
+  constexpr beast::string_view scheme = "bearer ";
+  if (value.size() != scheme.size() + key.size() || !beast::iequals(value.substr(0, scheme.size()), scheme))
+    return false;
+  return CRYPTO_memcmp(value.data() + scheme.size(), key.data(), key.size()) == 0;
 }
 
 }  // namespace
@@ -205,7 +216,7 @@ void HttpSession::route() {
     return respond_error(503, "the server is shutting down", {}, "server_error", "draining");
   if (!context_.api_key.empty() && path.rfind("/v1/", 0) == 0) {
     const auto auth = request_.find(http::field::authorization);
-    if (auth == request_.end() || auth->value() != "Bearer " + context_.api_key)
+    if (auth == request_.end() || !bearer_matches(auth->value(), context_.api_key))
       return respond_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'", {},
                            "invalid_request_error", "invalid_api_key");
   }

@@ -561,8 +561,12 @@ def test_api_key(serve, tmp_path):
     e = expect_error(s, "POST", "/v1/completions", body, 401)
     assert e["code"] == "invalid_api_key"
     expect_error(s, "POST", "/v1/completions", body, 401, headers={"Authorization": "Bearer wrong"})
+    expect_error(s, "POST", "/v1/completions", body, 401, headers={"Authorization": "Bearer s3cre"})
+    expect_error(s, "POST", "/v1/completions", body, 401, headers={"Authorization": "Basic s3cret"})
     status, _, _ = s.request("POST", "/v1/completions", body, {"Authorization": "Bearer s3cret"})
     assert status == 200
+    status, _, _ = s.request("POST", "/v1/completions", body, {"Authorization": "bearer s3cret"})
+    assert status == 200  # the scheme in any case
     assert s.request("GET", "/health")[0] == 200
 
 
