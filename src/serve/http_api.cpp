@@ -101,6 +101,13 @@ std::string error_json(const std::string& message, const std::string& type, cons
   return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string cors_header_lines(const std::vector<std::string>& allowed, std::string_view origin) {
+  const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
+  if (origin.empty() || (!any && std::find(allowed.begin(), allowed.end(), origin) == allowed.end())) return {};
+  return "Access-Control-Allow-Origin: " + (any ? std::string("*") : std::string(origin)) +
+         "\r\nVary: Origin\r\nAccess-Control-Expose-Headers: X-Lockstep-Replica\r\n";
+}
+
 std::string chat_prompt(const json& messages) {
   if (!messages.is_array() || messages.empty())
     throw bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");

@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +57,11 @@ inline constexpr int32_t max_request_tokens = 1 << 20;
 // the 256 bytes takes token ids only and refuses text, `stop` and `echo`.
 CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
                                    const Tokenizer* tokenizer, bool chat);
+
+// The CORS header lines for a request from `origin` when `allowed` (--cors-origin) names it or
+// holds "*", else "" (docs/HTTP.md, "Browsers on other origins"). `origin` comes from a parsed
+// header, so it holds no CR or LF.
+std::string cors_header_lines(const std::vector<std::string>& allowed, std::string_view origin);
 
 // The chat template for a base byte model: each message as "<role>: <content>\n", then
 // "assistant:" — the text the model continues.

@@ -577,14 +577,9 @@ void HttpSession::respond(int status, const std::string& content_type, const std
 }
 
 std::string HttpSession::cors_headers() const {
-  const std::vector<std::string>& allowed = context_.cors_origins;
   const auto origin = request_.find(http::field::origin);
-  if (allowed.empty() || origin == request_.end()) return {};
-  const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
-  if (!any && std::find(allowed.begin(), allowed.end(), origin->value()) == allowed.end()) return {};
-  // The parser refused CR and LF in header values, so the origin is echoed safely.
-  return "Access-Control-Allow-Origin: " + (any ? std::string("*") : std::string(origin->value())) +
-         "\r\nVary: Origin\r\nAccess-Control-Expose-Headers: X-Lockstep-Replica\r\n";
+  if (context_.cors_origins.empty() || origin == request_.end()) return {};
+  return cors_header_lines(context_.cors_origins, std::string_view(origin->value().data(), origin->value().size()));
 }
 
 void HttpSession::respond_error(int status, const std::string& message, const std::string& param,

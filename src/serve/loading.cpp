@@ -89,8 +89,9 @@ namespace http = boost::beast::http;
 class LoadingConnection : public std::enable_shared_from_this<LoadingConnection> {
  public:
   LoadingConnection(asio::ip::tcp::socket socket, size_t max_body, std::chrono::milliseconds timeout,
-                    const std::string& replica)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), timeout_(timeout), replica_(replica) {
+                    const std::string& replica, const std::vector<std::string>& cors_origins)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), timeout_(timeout), replica_(replica),
+        cors_origins_(cors_origins) {
     parser_.body_limit(max_body);
     parser_.header_limit(16 * 1024);
   }
@@ -113,6 +114,21 @@ class LoadingConnection : public std::enable_shared_from_this<LoadingConnection>
     const auto& request = parser_.get();
     std::string path(request.target());
     if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
+    const auto origin = request.find(http::field::origin);
+    const std::string cors = origin == request.end() ? std::string()
+                                                     : cors_header_lines(cors_origins_, std::string_view(origin->value().data(), origin->value().size()));
+    // A named origin's preflight is answered as the server will answer it, so that the request
+    // after it gets its 503 (with Retry-After) rather than the browser's refusal.
+    if (request.method() == http::verb::options && !cors.empty() &&
+        request.find(http::field::access_control_request_method) != request.end()) {
+      response_ = "HTTP/1.1 204 No Content\r\nX-Lockstep-Replica: " + replica_ + "\r\n" + cors +
+                  "Access-Control-Allow-Methods: GET, HEAD, POST, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n";
+      if (const auto asked = request.find(http::field::access_control_request_headers); asked != request.end())
+        response_ += "Access-Control-Allow-Headers: " + std::string(asked->value()) + "\r\n";
+      response_ += "Connection: close\r\n\r\n";
+      return asio::async_write(socket_, asio::buffer(response_),
+                               [self = shared_from_this()](const boost::system::error_code&, size_t) { self->close(); });
+    }
     const bool health = path == "/health";
     const std::string body = health ? nlohmann::ordered_json{{"status", "loading"}, {"replica", replica_}}.dump(
                                           -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
@@ -120,7 +136,7 @@ class LoadingConnection : public std::enable_shared_from_this<LoadingConnection>
                                                  "", "loading");
     response_ = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
                 std::to_string(body.size()) + "\r\nX-Lockstep-Replica: " + replica_ +
-                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n";
+                "\r\n" + cors + "Retry-After: 1\r\nConnection: close\r\n\r\n";
     if (request.method() != http::verb::head) response_ += body;
     asio::async_write(socket_, asio::buffer(response_),
                       [self = shared_from_this()](const boost::system::error_code&, size_t) { self->close(); });
@@ -138,6 +154,7 @@ class LoadingConnection : public std::enable_shared_from_this<LoadingConnection>
   asio::steady_timer timer_;
   std::chrono::milliseconds timeout_;
   const std::string& replica_;  // the listeners' (HttpLoadingListeners::Impl::replica), which outlive this
+  const std::vector<std::string>& cors_origins_;  // the listeners' too
   boost::beast::flat_buffer buffer_;
   http::request_parser<http::string_body> parser_;
   std::string response_;
@@ -154,7 +171,8 @@ void HttpLoadingListeners::Impl::accept(serve::TcpAcceptor& acceptor) {
       ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
       try {
         std::erase_if(connections, [](const auto& c) { return c.expired(); });
-        auto connection = std::make_shared<serve::LoadingConnection>(std::move(socket), max_body, timeout, replica);
+        auto connection = std::make_shared<serve::LoadingConnection>(std::move(socket), max_body, timeout, replica,
+                                                                   cors_origins);
         connections.push_back(connection);
         connection->start();
       } catch (const std::exception&) {
@@ -195,6 +213,7 @@ HttpLoadingListeners::HttpLoadingListeners(const ServerOptions& options) : impl_
   Impl& m = *impl_;
   m.max_body = options.http_options.max_body;
   m.timeout = options.http_options.read_timeout;
+  m.cors_origins = options.http_options.cors_origins;
   std::vector<asio::ip::tcp::endpoint> web;
   for (const std::string& a : options.http) web.push_back(serve::parse_endpoint(a, "--http", options.listen_any));
   for (const auto& e : web) {

@@ -25,6 +25,7 @@ struct HttpLoadingListeners::Impl {
   std::string replica;  // in /health and the X-Lockstep-Replica header, as the Server will name itself
   size_t max_body = 0;
   std::chrono::milliseconds timeout{0};  // a connection's request must arrive within it (0: never)
+  std::vector<std::string> cors_origins;  // --cors-origin: named origins get CORS headers
   std::vector<std::weak_ptr<serve::LoadingConnection>> connections;  // on the loop's thread
   std::thread thread;                    // last
 

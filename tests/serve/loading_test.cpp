@@ -99,6 +99,30 @@ TEST(HttpLoading, PortsAnswer503WhileLoadingThenTheServerTakesThemOver) {
   serving.join();
 }
 
+TEST(HttpLoading, NamedOriginsGetCorsHeadersAndPreflightsWhileLoading) {
+  ServerOptions options;
+  options.http = {"127.0.0.1:0"};
+  options.http_options.cors_origins = {"http://app.example:3000"};
+  HttpLoadingListeners loading(options);
+  const int port = port_of(loading.endpoints()[0]);
+  const std::string preflight = http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example:3000\r\n"
+                                           "Access-Control-Request-Method: POST\r\n"
+                                           "Access-Control-Request-Headers: authorization, content-type\r\n");
+  EXPECT_EQ(preflight.rfind("HTTP/1.1 204 ", 0), 0u) << preflight;
+  EXPECT_NE(preflight.find("Access-Control-Allow-Origin: http://app.example:3000\r\n"), std::string::npos) << preflight;
+  EXPECT_NE(preflight.find("Access-Control-Allow-Headers: authorization, content-type\r\n"), std::string::npos)
+      << preflight;
+  const std::string named = http(port, health + "Origin: http://app.example:3000\r\n");
+  EXPECT_EQ(named.rfind("HTTP/1.1 503 ", 0), 0u) << named;
+  EXPECT_NE(named.find("Access-Control-Allow-Origin: http://app.example:3000\r\n"), std::string::npos) << named;
+  const std::string other = http(port, health + "Origin: http://evil.example\r\n");
+  EXPECT_EQ(other.rfind("HTTP/1.1 503 ", 0), 0u) << other;
+  EXPECT_EQ(other.find("Access-Control-Allow-Origin"), std::string::npos) << other;
+  const std::string not_preflight = http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\n"
+                                               "Access-Control-Request-Method: POST\r\n");
+  EXPECT_EQ(not_preflight.rfind("HTTP/1.1 503 ", 0), 0u) << not_preflight;
+}
+
 TEST(HttpLoading, RefusesWhatTheServerRefusesAndClosesItsPortsWhenDropped) {
   ServerOptions options;
   options.http = {"10.1.2.3:0"};
