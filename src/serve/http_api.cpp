@@ -108,6 +108,13 @@ std::string cors_header_lines(const std::vector<std::string>& allowed, std::stri
          "\r\nVary: Origin\r\nAccess-Control-Expose-Headers: X-Lockstep-Replica\r\n";
 }
 
+std::vector<std::pair<std::string, std::string>> cors_preflight_headers(std::string_view methods, std::string_view asked) {
+  std::vector<std::pair<std::string, std::string>> headers = {{"Access-Control-Allow-Methods", std::string(methods)},
+                                                              {"Access-Control-Max-Age", "600"}};
+  if (!asked.empty()) headers.emplace_back("Access-Control-Allow-Headers", std::string(asked));
+  return headers;
+}
+
 std::string chat_prompt(const json& messages) {
   if (!messages.is_array() || messages.empty())
     throw bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");

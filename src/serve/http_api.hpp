@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +63,9 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
 // holds "*", else "" (docs/HTTP.md, "Browsers on other origins"). `origin` comes from a parsed
 // header, so it holds no CR or LF.
 std::string cors_header_lines(const std::vector<std::string>& allowed, std::string_view origin);
+// A named origin's preflight answer beside those lines: `methods`, the headers it asked for
+// (`asked`, Access-Control-Request-Headers; empty: none) allowed, cached 10 minutes.
+std::vector<std::pair<std::string, std::string>> cors_preflight_headers(std::string_view methods, std::string_view asked);
 
 // The chat template for a base byte model: each message as "<role>: <content>\n", then
 // "assistant:" — the text the model continues.

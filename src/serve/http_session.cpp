@@ -194,12 +194,10 @@ void HttpSession::route() {
   // A browser's CORS preflight, before any authentication (it carries no credentials).
   if (method == http::verb::options && request_.find(http::field::access_control_request_method) != request_.end() &&
       !cors_headers().empty()) {
-    const bool get = route->method == http::verb::get;
-    std::vector<std::pair<std::string, std::string>> headers = {
-        {"Access-Control-Allow-Methods", get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS"}, {"Access-Control-Max-Age", "600"}};
-    if (const auto asked = request_.find(http::field::access_control_request_headers); asked != request_.end())
-      headers.emplace_back("Access-Control-Allow-Headers", std::string(asked->value()));
-    return respond(204, "", "", headers);
+    const beast::string_view asked = request_[http::field::access_control_request_headers];
+    return respond(204, "", "",
+                   cors_preflight_headers(route->method == http::verb::get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS",
+                                          std::string_view(asked.data(), asked.size())));
   }
   const bool head = method == http::verb::head && route->method == http::verb::get;
   if (method != route->method && !head)
@@ -577,9 +575,9 @@ void HttpSession::respond(int status, const std::string& content_type, const std
 }
 
 std::string HttpSession::cors_headers() const {
-  const auto origin = request_.find(http::field::origin);
-  if (context_.cors_origins.empty() || origin == request_.end()) return {};
-  return cors_header_lines(context_.cors_origins, std::string_view(origin->value().data(), origin->value().size()));
+  if (context_.cors_origins.empty()) return {};
+  const beast::string_view origin = request_[http::field::origin];  // empty when absent: no headers
+  return cors_header_lines(context_.cors_origins, std::string_view(origin.data(), origin.size()));
 }
 
 void HttpSession::respond_error(int status, const std::string& message, const std::string& param,

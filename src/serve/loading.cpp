@@ -114,17 +114,19 @@ class LoadingConnection : public std::enable_shared_from_this<LoadingConnection>
     const auto& request = parser_.get();
     std::string path(request.target());
     if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
-    const auto origin = request.find(http::field::origin);
-    const std::string cors = origin == request.end() ? std::string()
-                                                     : cors_header_lines(cors_origins_, std::string_view(origin->value().data(), origin->value().size()));
+    const auto field = [&](http::field f) {
+      const boost::beast::string_view v = request[f];
+      return std::string_view(v.data(), v.size());
+    };
+    const std::string cors = cors_header_lines(cors_origins_, field(http::field::origin));
     // A named origin's preflight is answered as the server will answer it, so that the request
     // after it gets its 503 (with Retry-After) rather than the browser's refusal.
     if (request.method() == http::verb::options && !cors.empty() &&
         request.find(http::field::access_control_request_method) != request.end()) {
-      response_ = "HTTP/1.1 204 No Content\r\nX-Lockstep-Replica: " + replica_ + "\r\n" + cors +
-                  "Access-Control-Allow-Methods: GET, HEAD, POST, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n";
-      if (const auto asked = request.find(http::field::access_control_request_headers); asked != request.end())
-        response_ += "Access-Control-Allow-Headers: " + std::string(asked->value()) + "\r\n";
+      response_ = "HTTP/1.1 204 No Content\r\nX-Lockstep-Replica: " + replica_ + "\r\n" + cors;
+      for (const auto& [k, v] : cors_preflight_headers("GET, HEAD, POST, OPTIONS",
+                                                       field(http::field::access_control_request_headers)))
+        response_ += k + ": " + v + "\r\n";
       response_ += "Connection: close\r\n\r\n";
       return asio::async_write(socket_, asio::buffer(response_),
                                [self = shared_from_this()](const boost::system::error_code&, size_t) { self->close(); });

@@ -235,14 +235,19 @@ def test_a_deeply_nested_body_is_400_and_the_server_goes_on(serve):
     assert completion(s, prompt="a", max_tokens=3, seed=1)["choices"][0]["finish_reason"] == "length"
 
 
-def read_head(sock):
-    """Bytes up to the end of one response head (CRLF CRLF), and whatever came after it."""
+def recv_until(sock, marker):
+    """Bytes from sock until `marker` has come (asserting the peer does not close first)."""
     data = b""
-    while b"\r\n\r\n" not in data:
+    while marker not in data:
         chunk = sock.recv(4096)
         assert chunk, data
         data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
+    return data
+
+
+def read_head(sock):
+    """Bytes up to the end of one response head (CRLF CRLF), and whatever came after it."""
+    head, _, rest = recv_until(sock, b"\r\n\r\n").partition(b"\r\n\r\n")
     return head, rest
 
 
@@ -411,11 +416,7 @@ def test_prefix_cache_serves_prompts_without_changing_a_bit(serve, model):
 
 
 def wait_for_data(conn):
-    got = b""
-    while b"data: " not in got:
-        more = conn.recv(4096)
-        assert more, got
-        got += more
+    recv_until(conn, b"data: ")
 
 
 def test_disconnect_leaves_the_batch(serve):
