@@ -108,6 +108,7 @@ void GenerationEngine::run_loop() noexcept {
 
 void GenerationEngine::start(GenerationJob& job) {
   job.started = true;
+  if (job.on_prompt) prompt_logits(job);
   Generator& g = *job.generator;
   Session& session = g.session();
   if (!cache_ || &session.model() != &cache_->model() || session.length() != 0) return;
@@ -117,6 +118,33 @@ void GenerationEngine::start(GenerationJob& job) {
   // At most all but the last position: the last one's logits are computed by the first step.
   const int32_t reused = cache_->restore(session, context, static_cast<int32_t>(context.size()) - 1);
   rows_reused_.fetch_add(static_cast<uint64_t>(reused), std::memory_order_relaxed);
+}
+
+// Chunks of at most kPromptLogitFloats floats of logits (64 MiB), one position at least: a byte
+// model's window is one chunk; a 32000-piece vocabulary's, 524 positions a chunk (each chunk's
+// pass recomputes the positions before it, which only prompts that long pay).
+constexpr int64_t kPromptLogitFloats = int64_t{16} << 20;
+
+void GenerationEngine::prompt_logits(GenerationJob& job) {
+  Generator& g = *job.generator;
+  const Model& model = g.session().model();
+  const std::span<const int32_t> context = g.context().tokens();
+  const int64_t vocab = model.config().vocab_size, scored = static_cast<int64_t>(context.size()) - 1;
+  if (scored <= 0) return job.on_prompt(0, {}, true);
+  const int64_t chunk = std::clamp<int64_t>(job.prompt_chunk > 0 ? job.prompt_chunk : kPromptLogitFloats / vocab, 1, scored);
+  std::vector<float> logits(static_cast<size_t>(chunk * vocab));
+  for (int64_t first = 0; first < scored; first += chunk) {
+    const int64_t rows = std::min(chunk, scored - first);
+    RowRequest row;
+    row.ids = context.first(static_cast<size_t>(first + rows));
+    row.out_begin = static_cast<int32_t>(first);
+    row.out_end = static_cast<int32_t>(first + rows);
+    row.logits = logits.data();
+    model.forward(std::span<const RowRequest>(&row, 1), call_);
+    rows_computed_.fetch_add(static_cast<uint64_t>(first + rows), std::memory_order_relaxed);
+    job.on_prompt(static_cast<int32_t>(first), std::span<const float>(logits.data(), static_cast<size_t>(rows * vocab)),
+                  first + rows == scored);
+  }
 }
 
 void GenerationEngine::finish(GenerationJob& job, Finish finish, const std::string& error) noexcept {

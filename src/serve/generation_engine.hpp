@@ -62,6 +62,14 @@ struct GenerationJob {
   // On the runner thread; they must only hand the values over (post), never block or throw.
   std::function<void(int32_t token, std::span<const float> logits)> on_token;
   std::function<void(Finish, const std::string& error)> on_done;  // called exactly once
+  // Set for scores of the prompt's own tokens (echo with logprobs, as lm-evaluation-harness asks):
+  // before the first on_token, called with the logits that predicted each context token after
+  // the first, in chunks: positions [first, first + rows) of the context, logits [rows, vocab]
+  // (position p's predict token p + 1), `last` on the last chunk. One forward pass over the
+  // context computes them (a second prefill of the prompt; the bits of the session's own, since
+  // position p reads only positions <= p). A context of one token gets one call of no rows.
+  std::function<void(int32_t first, std::span<const float> logits, bool last)> on_prompt;
+  int32_t prompt_chunk = 0;  // positions a chunk (0: as many as 64 MiB of logits hold)
   // Set by on_token: a stop string ended the text (a tokenizer's, which `stops` cannot see).
   bool stop_now = false;
   std::atomic<bool> cancelled{false};  // set with GenerationEngine::cancel: leaves at the next step (abort)
@@ -113,8 +121,10 @@ class GenerationEngine {
   // threw), "" when it did not. On the lanes where there are two or more steps.
   void run_steps(std::span<const SessionStep> steps, std::span<const std::shared_ptr<GenerationJob>> jobs,
                  std::span<int32_t> tokens, std::span<std::string> errors) noexcept;
-  // Its session from the prefix cache, before its first step.
+  // Its session from the prefix cache, before its first step; then the prompt's logits for
+  // on_prompt, where set.
   void start(GenerationJob& job);
+  void prompt_logits(GenerationJob& job);
   // Files what it computed in the prefix cache (unless it failed), then calls on_done.
   void finish(GenerationJob& job, Finish finish, const std::string& error) noexcept;
   // A job leaves the active set: pending() stops counting it before its on_done runs, so a

@@ -314,6 +314,26 @@ void HttpSession::completion(bool chat) {
         if (seq == self->request_seq_) self->on_done(i, f, error, settled);
       });
     };
+    if (r.echo && top >= 0) {
+      // The prompt's own scores (OpenAI's echo with logprobs; lm-evaluation-harness scores a
+      // continuation so): every choice's job computes them, so that its echo event comes before
+      // its tokens whatever step it starts in.
+      choices_[i].unscored = static_cast<size_t>(job->generator->context().dropped_prompt_tokens()) + 1;
+      auto scores = std::make_shared<std::vector<TokenLogprobs>>();
+      job->on_prompt = [self = shared_from_this(), i, top, seq, scores, raw = job.get()](
+                           int32_t first, std::span<const float> logits, bool last) {
+        const std::span<const int32_t> context = raw->generator->context().tokens();
+        const size_t vocab = static_cast<size_t>(self->context_.model->config().vocab_size);
+        for (size_t row = 0; row * vocab < logits.size(); ++row) {
+          const size_t p = static_cast<size_t>(first) + row;
+          scores->push_back(token_logprobs(logits.subspan(row * vocab, vocab), context[p + 1], top));
+        }
+        if (!last) return;
+        asio::post(self->socket_.get_executor(), [self, i, seq, scores] {
+          if (seq == self->request_seq_) self->on_prompt_scores(i, std::move(*scores));
+        });
+      };
+    }
     choices_[i].job = std::move(job);
     choices_[i].seed = g.sampling.seed;
   }
@@ -342,6 +362,7 @@ void HttpSession::completion(bool chat) {
          false);
     for (size_t i = 0; i < choices_.size(); ++i) {
       if (chat) send_event(chunk_json(i, "", std::nullopt, nullptr, true));
+      else if (r.echo && r.logprobs >= 0) continue;  // with the prompt's scores (on_prompt_scores)
       else if (r.echo && bytes_model()) send_event(chunk_json(i, choices_[i].utf8.push(prompt_text_), std::nullopt, nullptr, false));
       else if (r.echo) send_event(chunk_json(i, prompt_text_, std::nullopt, nullptr, false));
     }
@@ -405,6 +426,56 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
   }
   ++c.owed;  // flow control: the token is taken (given back once its events are written)
   give_back_tokens();
+}
+
+void HttpSession::on_prompt_scores(size_t index, std::vector<TokenLogprobs> scores) {
+  if (abandoned_ || closed_) return;
+  Choice& c = choices_[index];
+  c.prompt_logprobs = std::move(scores);
+  c.prompt_scored = true;
+  if (!completion_.stream) return;
+  const json lps = prompt_logprobs_json(c);
+  const std::string text = bytes_model() ? c.utf8.push(prompt_text_) : prompt_text_;
+  send_event(chunk_json(index, text, std::nullopt, nullptr, false, &lps));
+}
+
+json HttpSession::prompt_logprobs_json(const Choice& c) const {
+  const Tokenizer* tokenizer = context_.tokenizer.get();
+  const bool bytes = bytes_model();
+  const std::vector<int32_t>& prompt = completion_.prompt;
+  // Where each prompt token's text starts in the echoed text: a byte each, or as the tokenizer's
+  // text of the prompt settles token by token (TextStream), within the echoed prompt_text_.
+  std::vector<size_t> offsets(prompt.size());
+  if (bytes) {
+    for (size_t i = 0; i < prompt.size(); ++i) offsets[i] = i;
+  } else if (tokenizer) {
+    TextStream text(*tokenizer, {});
+    size_t at = 0;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      offsets[i] = std::min(at, prompt_text_.size());
+      try {
+        at += text.push(prompt[i]).size();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    tokens.push_back(token_text(prompt[i], tokenizer, bytes));
+    text_offset.push_back(offsets[i]);
+    const size_t scored = i - c.unscored;
+    if (i < c.unscored || scored >= c.prompt_logprobs.size()) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
+    const TokenLogprobs& t = c.prompt_logprobs[scored];
+    token_logprobs.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[token_text(id, tokenizer, bytes)] = lp;
+    top_logprobs.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", text_offset}};
 }
 
 std::string HttpSession::choice_sha256(const Choice& c) const {
@@ -473,12 +544,14 @@ json HttpSession::logprobs_json(const std::vector<TokenLogprobs>& lps, size_t te
 }
 
 std::string HttpSession::chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,
-                                    const char* finish, bool chat) const {
+                                    const char* finish, bool chat, const json* logprobs) const {
   const Choice& c = choices_[index];
   const bool bytes = bytes_model();
   json choice = {{"index", index}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
-  if (lp && bytes) choice["logprobs"] = logprobs_json({*lp}, c.bytes.size() - 1);
-  else if (lp) choice["logprobs"] = logprobs_json({*lp}, c.offsets.back());
+  const size_t echoed = completion_.echo ? prompt_text_.size() : 0;  // text_offset counts the echoed prompt
+  if (logprobs) choice["logprobs"] = *logprobs;
+  else if (lp && bytes) choice["logprobs"] = logprobs_json({*lp}, echoed + c.bytes.size() - 1);
+  else if (lp) choice["logprobs"] = logprobs_json({*lp}, echoed + c.offsets.back());
   else choice["logprobs"] = nullptr;
   const bool started = bytes ? !c.bytes.empty() : !c.ids.empty();
   if (chat) {
@@ -539,9 +612,16 @@ void HttpSession::finish_completion() {
     const std::string text = bytes ? valid_utf8((r.echo ? prompt_text_ : std::string()) + c.bytes)
                                    : (r.echo ? prompt_text_ : std::string()) + c.text;
     const size_t offset = r.echo ? prompt_text_.size() : 0;
+    json lps = r.logprobs >= 0 ? logprobs_json(c.logprobs, offset, bytes ? nullptr : &c.offsets) : json(nullptr);
+    if (r.echo && c.prompt_scored) {  // the prompt's tokens first, as OpenAI gives them
+      json all = prompt_logprobs_json(c);
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (json& v : lps[key]) all[key].push_back(std::move(v));
+      lps = std::move(all);
+    }
     json choice = {{"index", i},
                    {"finish_reason", finish_name(*c.finish)},
-                   {"logprobs", r.logprobs >= 0 ? logprobs_json(c.logprobs, offset, bytes ? nullptr : &c.offsets) : json(nullptr)},
+                   {"logprobs", lps},
                    {"seed", c.seed},
                    {"sha256", choice_sha256(c)}};
     if (!bytes) choice["token_ids"] = c.ids;

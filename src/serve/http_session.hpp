@@ -70,6 +70,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string text;            // generated, through the tokenizer (TextStream)
     std::vector<size_t> offsets;  // where each token's text starts in `text` (logprobs)
     std::vector<TokenLogprobs> logprobs;
+    // Echo with logprobs: the prompt tokens' scores once the engine gave them (prompt_scored);
+    // the first `unscored` prompt tokens have none (the first, and any the window left out).
+    bool prompt_scored = false;
+    size_t unscored = 0;
+    std::vector<TokenLogprobs> prompt_logprobs;
     std::optional<Finish> finish;
     uint64_t seed = 0;
     int32_t owed = 0;  // tokens taken but not yet given back to the engine (flow control)
@@ -85,6 +90,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // rest (finish).
   void on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled);
   void on_done(size_t index, Finish finish, const std::string& error, const std::string& settled);
+  // The prompt's scores for choice `index` (echo with logprobs): streamed, its echo event goes now.
+  void on_prompt_scores(size_t index, std::vector<TokenLogprobs> scores);
+  // logprobs_json's four arrays for the prompt's tokens (echo): null where a token has no score.
+  nlohmann::json prompt_logprobs_json(const Choice& c) const;
   bool bytes_model() const { return !context_.tokenizer && context_.model->config().vocab_size == 256; }
   std::string choice_sha256(const Choice& c) const;
   // The CORS header lines for this request's Origin when --cors-origin allows it, else "".
@@ -107,8 +116,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void close() noexcept;
   void arm(std::chrono::milliseconds after);
 
+  // `logprobs`: the chunk's logprobs object when given (the echo's), else lp's or null.
   std::string chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,
-                         const char* finish, bool chat) const;
+                         const char* finish, bool chat, const nlohmann::json* logprobs = nullptr) const;
   void send_event(const std::string& data);
   // `offsets`: each token's place in the text after `text_offset` (null: one byte each).
   nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& lps, size_t text_offset,

@@ -108,6 +108,72 @@ TEST(GenerationEngine, BatchedTokensEqualSoloTokens) {
   }
 }
 
+// Echo with logprobs: before its first token, a job with on_prompt gets the logits that predict
+// each context token after the first, in chunks of prompt_chunk positions, the bits of a forward
+// pass over the context (Model::logits); a prompt past the window is scored as the window it
+// keeps, and a one-token prompt gets one call of no rows.
+TEST(GenerationEngine, PromptScoresAreTheContextsLogitsInChunks) {
+  const auto model = tiny_model();
+  const int64_t vocab = model->config().vocab_size;
+  Metrics metrics;
+  GenerationEngine engine(4, 4, {}, metrics);
+  for (const int prompt_length : {1, 2, 20, 40}) {
+    for (const int chunk : {0, 1, 7}) {
+      std::vector<int32_t> prompt;
+      for (int k = 0; k < prompt_length; ++k) prompt.push_back((37 * k + 11) % 256);
+      auto job = std::make_shared<GenerationJob>();
+      job->generator = std::make_unique<Generator>(model, prompt, options(3, 2));
+      job->max_tokens = 2;
+      job->prompt_chunk = chunk;
+      const std::vector<int32_t> context(job->generator->context().tokens().begin(),
+                                         job->generator->context().tokens().end());
+      std::vector<float> scores;
+      std::vector<std::pair<int32_t, int64_t>> calls;  // (first, rows)
+      bool last_seen = false, token_before_scores = false;
+      std::mutex mutex;
+      std::condition_variable cv;
+      bool done = false;
+      job->on_prompt = [&](int32_t first, std::span<const float> logits, bool last) {
+        EXPECT_FALSE(last_seen);
+        calls.emplace_back(first, static_cast<int64_t>(logits.size()) / vocab);
+        scores.insert(scores.end(), logits.begin(), logits.end());
+        last_seen = last;
+      };
+      job->on_token = [&](int32_t, std::span<const float>) { token_before_scores |= !last_seen; };
+      job->on_done = [&](Finish, const std::string&) {
+        std::lock_guard lock(mutex);
+        done = true;
+        cv.notify_all();
+      };
+      ASSERT_TRUE(engine.submit(job));
+      {
+        std::unique_lock lock(mutex);
+        ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+      }
+      const std::string what = "prompt " + std::to_string(prompt_length) + " chunk " + std::to_string(chunk);
+      EXPECT_TRUE(last_seen) << what;
+      EXPECT_FALSE(token_before_scores) << what;
+      EXPECT_EQ(static_cast<int>(context.size()), std::min(prompt_length, 32)) << what;
+      const int64_t scored = static_cast<int64_t>(context.size()) - 1;
+      ASSERT_EQ(static_cast<int64_t>(scores.size()), scored * vocab) << what;
+      int64_t at = 0;
+      for (const auto& [first, rows] : calls) {  // consecutive, each at most `chunk` positions
+        EXPECT_EQ(first, at) << what;
+        if (chunk > 0) {
+          EXPECT_LE(rows, chunk) << what;
+        }
+        at += rows;
+      }
+      if (scored == 0) {
+        EXPECT_EQ(calls.size(), 1u) << what;
+        continue;
+      }
+      const std::vector<float> whole = model->logits(IdsView{context.data(), 1, static_cast<int64_t>(context.size())});
+      EXPECT_EQ(std::memcmp(scores.data(), whole.data(), scores.size() * sizeof(float)), 0) << what;
+    }
+  }
+}
+
 // A step of many generations runs on lanes (chunks of whole sessions, one single-threaded call
 // each, on three threads here whatever the machine has): every generation still gets the tokens
 // and the logits' bits it gets alone, prompts of every length (a step mixes prefills and decoding)

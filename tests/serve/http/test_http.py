@@ -112,6 +112,77 @@ def test_logprobs(shared_server):
 
 
 
+def token_id(text):
+    """A byte model's token as logprobs show it ("bytes:\\xNN" or the character) as its id."""
+    return int(text[len("bytes:\\x"):], 16) if text.startswith("bytes:\\x") else ord(text)
+
+
+def test_echo_with_logprobs_scores_the_prompt(shared_server):
+    a = completion(shared_server, prompt="Hello, world", max_tokens=0, logprobs=2, echo=True)
+    choice = a["choices"][0]
+    lp = choice["logprobs"]
+    assert choice["text"] == "Hello, world" and a["usage"]["completion_tokens"] == 0
+    assert lp["tokens"] == list("Hello, world") and lp["text_offset"] == list(range(12))
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert all(x <= 0 for x in lp["token_logprobs"][1:])
+    assert all(len(t) == 2 and max(t.values()) >= x for t, x in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:]))
+    # Then the generated tokens, their offsets after the echoed prompt.
+    b = completion(shared_server, prompt="Hello, world", max_tokens=3, temperature=0, logprobs=2, echo=True)
+    lb = b["choices"][0]["logprobs"]
+    assert len(lb["tokens"]) == 15 and lb["text_offset"][12:] == [12, 13, 14]
+    assert {k: v[:12] for k, v in lb.items()} == lp
+
+
+def test_prompt_scores_are_the_generations_own(shared_server):
+    # A greedy generation's log-probabilities come from its decoding steps; the same tokens as a
+    # prompt are scored by a forward pass over it: the two paths give the same bits.
+    g = completion(shared_server, prompt="Once upon", max_tokens=5, temperature=0, logprobs=3)["choices"][0]["logprobs"]
+    ids = list(b"Once upon") + [token_id(t) for t in g["tokens"]]
+    e = completion(shared_server, prompt=ids, max_tokens=0, logprobs=3, echo=True)["choices"][0]["logprobs"]
+    assert e["token_logprobs"][9:] == g["token_logprobs"]
+    assert e["top_logprobs"][9:] == g["top_logprobs"]
+    # A prompt past the 32-token window keeps its last 32: the tokens left out have no score, and
+    # the kept ones score as that window alone.
+    long = list(b"x" * 20) + ids
+    f = completion(shared_server, prompt=long, max_tokens=0, logprobs=1, echo=True)["choices"][0]["logprobs"]
+    dropped = len(long) - 32
+    assert f["token_logprobs"][:dropped + 1] == [None] * (dropped + 1)
+    w = completion(shared_server, prompt=long[dropped:], max_tokens=0, logprobs=1, echo=True)["choices"][0]["logprobs"]
+    assert f["token_logprobs"][dropped:] == w["token_logprobs"]
+
+
+def test_lm_evaluation_harness_loglikelihood_request(shared_server):
+    # lm-evaluation-harness's local-completions model scores a continuation with this payload
+    # (its prompt a batch of one token list) and reads token_logprobs[ctxlen:-1] (the last is the
+    # generated token's); is_greedy compares each with its top_logprobs' maximum.
+    context, continuation = list(b"The cat sat on the "), list(b"mat")
+    body = {"model": "tiny", "prompt": [context + continuation], "temperature": 0, "max_tokens": 1,
+            "logprobs": 1, "seed": 1234, "echo": True}
+    status, out = shared_server.post("/v1/completions", body)
+    assert status == 200, out
+    lp = out["choices"][0]["logprobs"]
+    ctxlen = len(context)
+    scores, tops = lp["token_logprobs"][ctxlen:-1], lp["top_logprobs"][ctxlen:-1]
+    assert len(scores) == len(continuation) and all(x < 0 for x in scores)
+    assert all(max(top.values()) >= x for top, x in zip(tops, scores))
+    # The same continuation scored alone (max_tokens 0) gives the same numbers.
+    alone = completion(shared_server, prompt=context + continuation, max_tokens=0, logprobs=1, echo=True)
+    assert alone["choices"][0]["logprobs"]["token_logprobs"][ctxlen:] == scores
+
+
+def test_streamed_echo_with_logprobs(shared_server):
+    body = dict(prompt="Hi there", max_tokens=4, temperature=0.8, seed=3, logprobs=1, echo=True, n=2)
+    whole = completion(shared_server, **body)
+    events = stream(shared_server, body)
+    for i in range(2):
+        mine = [e["choices"][0] for e in events if e["choices"][0]["index"] == i]
+        # The first event is the echoed prompt with its scores, then one per token.
+        assert mine[0]["text"] == "Hi there" and mine[0]["logprobs"]["tokens"] == list("Hi there")
+        merged = {k: sum((c["logprobs"][k] for c in mine if c["logprobs"]), []) for k in mine[0]["logprobs"]}
+        assert merged == whole["choices"][i]["logprobs"]
+        assert "".join(c["text"] for c in mine) == whole["choices"][i]["text"]
+
+
 def test_health_models_playground(shared_server):
     status, headers, body = shared_server.request("GET", "/health")
     assert status == 200 and json.loads(body)["status"] == "ok"

@@ -152,11 +152,23 @@ def test_logprobs_chat_and_models(tok_server, tok_model):
                                                         logprobs=2, echo=True))
     c = a["choices"][0]
     lp = c["logprobs"]
-    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == 8
+    # With echo: the prompt's tokens (BOS, then the pieces; BOS has no score), then the 8 generated.
+    p = a["usage"]["prompt_tokens"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == p + 8
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert all(x < 0 and len(t) == 2 for x, t in zip(lp["token_logprobs"][1:p], lp["top_logprobs"][1:p]))
     offsets = lp["text_offset"]
-    assert offsets[0] == len("the lazy fox".encode()) and offsets == sorted(offsets)
-    for tok, top, x in zip(lp["tokens"], lp["top_logprobs"], lp["token_logprobs"]):
+    assert offsets[0] == 0 and offsets[p] == len("the lazy fox".encode()) and offsets == sorted(offsets)
+    for tok, top, x in zip(lp["tokens"][p:], lp["top_logprobs"][p:], lp["token_logprobs"][p:]):
         assert max(top.values()) == x and top[tok] == x  # greedy
+    # The prompt's scores are those its tokens get as generated ones (one pass, two paths).
+    prompt_ids = [1] + encode(tok_model, "the lazy fox")  # SentencePiece's BOS, then the pieces
+    assert len(prompt_ids) == p
+    status, g = tok_server.post("/v1/completions", dict(prompt="the lazy fox", max_tokens=3, temperature=0, logprobs=2))
+    status, e = tok_server.post("/v1/completions", dict(prompt=prompt_ids + g["choices"][0]["token_ids"], max_tokens=0,
+                                                        logprobs=2, echo=True))
+    assert status == 200, e
+    assert e["choices"][0]["logprobs"]["token_logprobs"][p:] == g["choices"][0]["logprobs"]["token_logprobs"]
     # Chat: the plain template, through the tokenizer (whose normalization may change the
     # prompt's text: `generate` prints the prompt's decoding, as echo gives it).
     template = "user: hi there\nassistant:"
