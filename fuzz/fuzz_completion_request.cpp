@@ -1,9 +1,11 @@
-// libFuzzer target: any bytes as the body of POST /v1/completions or /v1/chat/completions,
-// against the request parser every HTTP session uses (src/serve/http_api.hpp). The first byte
-// chooses the endpoint (bit 0: chat) and the model (bit 1: a byte model of 256 ids, else one of
-// 300 ids that takes token ids only). Whatever the bytes, the parser must either return a request
-// within every bound docs/HTTP.md states, or refuse with an ApiError of status 400 or 404 whose
-// error JSON parses back: never another exception (the session would answer 500), never a crash.
+// libFuzzer target: any bytes as the body of POST /v1/completions or /v1/chat/completions, or of
+// POST /tokenize or /detokenize, against the request parsers every HTTP session uses
+// (src/serve/http_api.hpp). The first byte chooses the endpoint (bit 2: the tokenizer's, else the
+// completions'; bit 0: chat, or detokenize) and the model (bit 1: a byte model of 256 ids, else
+// one of 300 ids that takes token ids only). Whatever the bytes, the parser must either return a
+// request within every bound docs/HTTP.md states (an answer of ids in the vocabulary, or of
+// valid UTF-8 text), or refuse with an ApiError of status 400 or 404 whose error JSON parses
+// back: never another exception (the session would answer 500), never a crash.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -43,16 +45,37 @@ void check(const serve::CompletionRequest& r, const ModelConfig& config, bool ch
   if (config.vocab_size != 256 && (r.echo || !r.stop.empty())) broken("a model without text has no stop or echo");
 }
 
+void check_tokenizer_answer(const nlohmann::json& answer, const ModelConfig& config, bool detokenize) {
+  if (detokenize) {
+    if (!answer.contains("prompt") || !answer["prompt"].is_string()) broken("detokenize answers a prompt");
+    try {
+      (void)answer.dump();  // throws on text that is not valid UTF-8
+    } catch (const nlohmann::json::exception&) {
+      broken("detokenize's text is valid UTF-8");
+    }
+    return;
+  }
+  if (!answer["tokens"].is_array() || answer["count"] != answer["tokens"].size()) broken("tokenize counts its tokens");
+  for (const auto& id : answer["tokens"])
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= config.vocab_size)
+      broken("every token is in the vocabulary");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const bool chat = data[0] & 1;
+  const bool chat = data[0] & 1, tokenizer_endpoint = data[0] & 4;
   ModelConfig config;
   config.vocab_size = data[0] & 2 ? 256 : 300;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    check(serve::parse_completion(body, config, "tiny", nullptr, chat), config, chat);
+    if (tokenizer_endpoint && chat)
+      check_tokenizer_answer(serve::detokenize_answer(body, config, "tiny", nullptr), config, true);
+    else if (tokenizer_endpoint)
+      check_tokenizer_answer(serve::tokenize_answer(body, config, "tiny", nullptr), config, false);
+    else
+      check(serve::parse_completion(body, config, "tiny", nullptr, chat), config, chat);
   } catch (const ApiError& e) {
     if (e.status != 400 && e.status != 404) broken("a refusal is 400 or 404");
     if (std::string(e.what()).empty()) broken("a refusal says what is wrong");

@@ -8,6 +8,7 @@
 
 #include "core/host_math.hpp"
 #include "format/json_text.hpp"
+#include "serve/utf8_stream.hpp"
 
 namespace lockstep::serve {
 namespace {
@@ -133,8 +134,7 @@ std::string chat_prompt(const json& messages) {
   return text + "assistant:";
 }
 
-CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
-                                   const Tokenizer* tokenizer, bool chat) {
+json parse_body(const std::string& body, const std::string& model_name) {
   if (const size_t at = format::json_too_deep_at(body); at != std::string::npos)
     throw ApiError(400, "the body nests arrays and objects deeper than " + std::to_string(format::kMaxJsonDepth) +
                             " levels (at byte " + std::to_string(at) + ")");
@@ -151,6 +151,12 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
     throw ApiError(404, "the model '" + m->get<std::string>() + "' is not served here; this server serves '" +
                             model_name + "' (GET /v1/models)",
                    "model", "invalid_request_error", "model_not_found");
+  return j;
+}
+
+CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
+                                   const Tokenizer* tokenizer, bool chat) {
+  const json j = parse_body(body, model_name);
   CompletionRequest r;
   r.chat = chat;
   const int32_t vocab = config.vocab_size;
@@ -264,6 +270,58 @@ std::string token_text(int32_t token, const Tokenizer* tokenizer, bool bytes) {
   if (tokenizer) return tokenizer->token_text(token);
   if (bytes) return token_text(token);
   return std::string("<").append(std::to_string(token)).append(">");
+}
+
+json tokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
+                     const Tokenizer* tokenizer) {
+  const json j = parse_body(body, model_name);
+  if (j.contains("messages")) throw bad("messages", "'messages' is not supported here: give the text as 'prompt'");
+  if (!j.contains("prompt") || !j["prompt"].is_string()) throw bad("prompt", "'prompt' must be a string");
+  const bool special = !j.contains("add_special_tokens") || j["add_special_tokens"].is_null() ||
+                       boolean(j["add_special_tokens"], "add_special_tokens");
+  if (!tokenizer && config.vocab_size != 256)
+    throw bad("prompt", "this model has no tokenizer (a vocabulary of " + std::to_string(config.vocab_size) +
+                            " ids), so it takes no text");
+  std::vector<int32_t> ids = ids_of(j["prompt"].get<std::string>(), config, tokenizer, "prompt");
+  if (tokenizer && !special && tokenizer->bos() >= 0) ids.erase(ids.begin());  // the pieces alone
+  return {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", config.length}};
+}
+
+json detokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
+                       const Tokenizer* tokenizer) {
+  const json j = parse_body(body, model_name);
+  if (!j.contains("tokens") || !j["tokens"].is_array()) throw bad("tokens", "'tokens' must be an array of token ids");
+  const json& t = j["tokens"];
+  if (t.size() > static_cast<size_t>(max_request_tokens)) throw bad("tokens", "'tokens' has too many ids");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < t.size(); ++i)
+    ids.push_back(static_cast<int32_t>(integer(t[i], "tokens[" + std::to_string(i) + "]", 0, config.vocab_size - 1)));
+  if (tokenizer) {
+    try {
+      return {{"prompt", tokenizer->decode(ids)}};
+    } catch (const std::exception& e) {
+      throw bad("tokens", std::string("'tokens': ") + e.what());
+    }
+  }
+  if (config.vocab_size != 256)
+    throw bad("tokens", "this model has no tokenizer (a vocabulary of " + std::to_string(config.vocab_size) +
+                            " ids), so its ids have no text");
+  std::string bytes;
+  for (int32_t id : ids) bytes.push_back(static_cast<char>(id));
+  return {{"prompt", valid_utf8(bytes)}};
+}
+
+json tokenizer_info(const ModelConfig& config, const Tokenizer* tokenizer) {
+  const auto piece = [&](int32_t id) { return id >= 0 ? json(tokenizer->piece(id).text) : json(nullptr); };
+  const bool bytes = !tokenizer && config.vocab_size == 256;
+  json info = {{"tokenizer_class", tokenizer ? tokenizer->type() : bytes ? "bytes" : "none"},
+               {"vocab_size", config.vocab_size},
+               {"model_max_length", config.length},
+               {"bos_token", tokenizer ? piece(tokenizer->bos()) : json(nullptr)},
+               {"eos_token", tokenizer ? piece(tokenizer->eos()) : json(nullptr)},
+               {"unk_token", tokenizer ? piece(tokenizer->unk()) : json(nullptr)},
+               {"pad_token", nullptr}};
+  return info;
 }
 
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t top) {

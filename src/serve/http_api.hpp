@@ -59,6 +59,25 @@ inline constexpr int32_t max_request_tokens = 1 << 20;
 CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
                                    const Tokenizer* tokenizer, bool chat);
 
+// A request's body as a JSON object: refused (ApiError 400) past kMaxJsonDepth levels, when not
+// JSON or not an object; 404 model_not_found when its `model` names another than `model_name`.
+nlohmann::json parse_body(const std::string& body, const std::string& model_name);
+
+// The tokenizer endpoints vLLM serves, which lm-evaluation-harness's remote tokenizer calls
+// (docs/HTTP.md, "Tokenizer endpoints"). POST /tokenize {"prompt", "add_special_tokens"
+// (default true: a tokenizer's BOS first, as completions encode text)} -> {"tokens", "count",
+// "max_model_len"}; a byte model's tokens are the text's UTF-8 bytes.
+nlohmann::json tokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
+                               const Tokenizer* tokenizer);
+// POST /detokenize {"tokens"} -> {"prompt"}: a byte model's bytes made valid UTF-8 (as a
+// completion's text), else the tokenizer's decoding. A model of token ids only has no text: 400.
+nlohmann::json detokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
+                                 const Tokenizer* tokenizer);
+// GET /tokenizer_info: {"tokenizer_class" (sentencepiece, bytes or none), "vocab_size",
+// "model_max_length" (the window), "bos_token", "eos_token", "unk_token", "pad_token"} (the
+// special pieces' text; null where there is none, as for every byte model).
+nlohmann::json tokenizer_info(const ModelConfig& config, const Tokenizer* tokenizer);
+
 // The CORS header lines for a request from `origin` when `allowed` (--cors-origin) names it or
 // holds "*", else "" (docs/HTTP.md, "Browsers on other origins"). `origin` comes from a parsed
 // header, so it holds no CR or LF.

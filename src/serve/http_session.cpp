@@ -180,7 +180,10 @@ void HttpSession::route() {
                                  {"/metrics", http::verb::get},
                                  {"/v1/models", http::verb::get},
                                  {"/v1/completions", http::verb::post},
-                                 {"/v1/chat/completions", http::verb::post}};
+                                 {"/v1/chat/completions", http::verb::post},
+                                 {"/tokenize", http::verb::post},
+                                 {"/detokenize", http::verb::post},
+                                 {"/tokenizer_info", http::verb::get}};
   const Route* route = nullptr;
   for (const Route& r : routes)
     if (path == r.path) route = &r;
@@ -212,13 +215,24 @@ void HttpSession::route() {
   }
   if (context_.draining.load())
     return respond_error(503, "the server is shutting down", {}, "server_error", "draining");
-  if (!context_.api_key.empty() && path.rfind("/v1/", 0) == 0) {
+  // The key guards the API: /v1/ and the tokenizer endpoints (the page, /health and /metrics stay open).
+  const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" ||
+                       path == "/tokenizer_info";
+  if (!context_.api_key.empty() && guarded) {
     const auto auth = request_.find(http::field::authorization);
     if (auth == request_.end() || !bearer_matches(auth->value(), context_.api_key))
       return respond_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'", {},
                            "invalid_request_error", "invalid_api_key");
   }
   if (path == "/") return respond(200, "text/html; charset=utf-8", std::string(playground_html()));
+  const Tokenizer* tokenizer = context_.tokenizer.get();
+  const ModelConfig& config = context_.model->config();
+  if (path == "/tokenizer_info") return respond(200, "application/json", dump(tokenizer_info(config, tokenizer)));
+  if (path == "/tokenize")
+    return respond(200, "application/json", dump(tokenize_answer(request_.body(), config, context_.model_name, tokenizer)));
+  if (path == "/detokenize")
+    return respond(200, "application/json",
+                   dump(detokenize_answer(request_.body(), config, context_.model_name, tokenizer)));
   if (path == "/metrics") {
     const auto [reused, computed] = context_.cache_rows();
     return respond(200, "text/plain; version=0.0.4; charset=utf-8",

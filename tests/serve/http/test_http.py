@@ -151,11 +151,48 @@ def test_prompt_scores_are_the_generations_own(shared_server):
     assert f["token_logprobs"][dropped:] == w["token_logprobs"]
 
 
+def test_tokenizer_endpoints(shared_server):
+    status, _, body = shared_server.request("GET", "/tokenizer_info")
+    info = json.loads(body)
+    assert status == 200 and info == {"tokenizer_class": "bytes", "vocab_size": 256, "model_max_length": 32,
+                                      "bos_token": None, "eos_token": None, "unk_token": None, "pad_token": None}
+    for special in (True, False):  # a byte model has no special tokens
+        status, t = shared_server.post("/tokenize", {"prompt": "h\u00e9 \u2603", "add_special_tokens": special})
+        assert status == 200 and t == {"tokens": list("hé ☃".encode()), "count": 7, "max_model_len": 32}
+    status, d = shared_server.post("/detokenize", {"tokens": list("hé ☃".encode())})
+    assert status == 200 and d == {"prompt": "hé ☃"}
+    status, d = shared_server.post("/detokenize", {"tokens": [104, 0xff, 0xc3]})  # invalid UTF-8, as completions show it
+    assert status == 200 and d == {"prompt": "h\ufffd\ufffd"}
+    expect_error(shared_server, "POST", "/detokenize", {"tokens": [1, 256]}, 400, "tokens[1]")
+    expect_error(shared_server, "POST", "/detokenize", {"tokens": "abc"}, 400, "tokens")
+    expect_error(shared_server, "POST", "/tokenize", {"text": "abc"}, 400, "prompt")
+    expect_error(shared_server, "POST", "/tokenize", {"prompt": "a", "add_special_tokens": 1}, 400, "add_special_tokens")
+    expect_error(shared_server, "POST", "/tokenize", {"messages": []}, 400, "messages")
+    expect_error(shared_server, "POST", "/tokenize", {"prompt": "a", "model": "other"}, 404, "model")
+    expect_error(shared_server, "GET", "/tokenize", None, 405)
+    expect_error(shared_server, "POST", "/tokenize", b"[[[", 400)
+
+
+def remote_tokenizer_supported(server):
+    """lm-evaluation-harness's check_remote_tokenizer_support: /tokenizer_info has an eos_token
+    key and /tokenize answers a list of tokens; its tokenizer_backend=auto then encodes through
+    the server instead of a Hugging Face tokenizer."""
+    status, _, body = server.request("GET", "/tokenizer_info")
+    if status != 200 or "eos_token" not in json.loads(body):
+        return False
+    status, t = server.post("/tokenize", {"prompt": "test", "add_special_tokens": False})
+    return status == 200 and isinstance(t.get("tokens"), list)
+
+
 def test_lm_evaluation_harness_loglikelihood_request(shared_server):
-    # lm-evaluation-harness's local-completions model scores a continuation with this payload
-    # (its prompt a batch of one token list) and reads token_logprobs[ctxlen:-1] (the last is the
-    # generated token's); is_greedy compares each with its top_logprobs' maximum.
-    context, continuation = list(b"The cat sat on the "), list(b"mat")
+    # lm-evaluation-harness's local-completions model finds the server's tokenizer, encodes the
+    # context and continuation through it, scores them with this payload (its prompt a batch of
+    # one token list) and reads token_logprobs[ctxlen:-1] (the last is the generated token's);
+    # is_greedy compares each with its top_logprobs' maximum.
+    assert remote_tokenizer_supported(shared_server)
+    encode = lambda text: shared_server.post("/tokenize", {"prompt": text, "add_special_tokens": False})[1]["tokens"]
+    context, continuation = encode("The cat sat on the "), encode("mat")
+    assert context + continuation == list(b"The cat sat on the mat")
     body = {"model": "tiny", "prompt": [context + continuation], "temperature": 0, "max_tokens": 1,
             "logprobs": 1, "seed": 1234, "echo": True}
     status, out = shared_server.post("/v1/completions", body)
@@ -640,6 +677,11 @@ def test_api_key(serve, tmp_path):
     status, _, _ = s.request("POST", "/v1/completions", body, {"Authorization": "bearer s3cret"})
     assert status == 200  # the scheme in any case
     assert s.request("GET", "/health")[0] == 200
+    # The tokenizer endpoints are the API's too.
+    expect_error(s, "GET", "/tokenizer_info", None, 401)
+    expect_error(s, "POST", "/tokenize", {"prompt": "a"}, 401)
+    expect_error(s, "POST", "/detokenize", {"tokens": [97]}, 401)
+    assert s.request("POST", "/tokenize", {"prompt": "a"}, {"Authorization": "Bearer s3cret"})[0] == 200
 
 
 def test_cors_only_for_the_origins_given(serve, tmp_path, shared_server):

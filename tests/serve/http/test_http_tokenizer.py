@@ -187,6 +187,22 @@ def test_logprobs_chat_and_models(tok_server, tok_model):
     assert m["tokenizer"] == "sentencepiece" and m["vocab_size"] == VOCAB
 
 
+def test_tokenizer_endpoints_use_the_models_tokenizer(tok_server, tok_model):
+    status, _, body = tok_server.request("GET", "/tokenizer_info")
+    info = json.loads(body)
+    assert status == 200 and info["tokenizer_class"] == "sentencepiece" and info["vocab_size"] == VOCAB
+    assert info["bos_token"] == "<s>" and info["eos_token"] == "</s>" and info["unk_token"] == "<unk>"
+    pieces = encode(tok_model, "the lazy fox")
+    status, t = tok_server.post("/tokenize", {"prompt": "the lazy fox"})  # BOS first, as completions encode text
+    assert status == 200 and t["tokens"] == [1] + pieces and t["count"] == len(pieces) + 1
+    status, t = tok_server.post("/tokenize", {"prompt": "the lazy fox", "add_special_tokens": False})
+    assert t["tokens"] == pieces
+    status, d = tok_server.post("/detokenize", {"tokens": pieces})
+    assert status == 200 and d["prompt"] == "the lazy fox"
+    status, e = tok_server.post("/detokenize", {"tokens": [VOCAB]})
+    assert status == 400 and e["error"]["param"] == "tokens[0]"
+
+
 def test_a_model_without_a_tokenizer_takes_token_ids_only(ids_server):
     server, model = ids_server
     for path, body, param in [("/v1/completions", dict(prompt="hello"), "prompt"),
@@ -197,6 +213,12 @@ def test_a_model_without_a_tokenizer_takes_token_ids_only(ids_server):
         assert status == 400 and e["error"]["param"] == param and "no tokenizer" in e["error"]["message"], e
     status, e = server.post("/v1/completions", dict(prompt=[5, VOCAB]))
     assert status == 400 and e["error"]["param"] == "prompt[1]"
+    # Its tokenizer endpoints: no text either way.
+    for path, body, param in [("/tokenize", {"prompt": "hi"}, "prompt"), ("/detokenize", {"tokens": [5]}, "tokens")]:
+        status, e = server.post(path, body)
+        assert status == 400 and e["error"]["param"] == param and "no tokenizer" in e["error"]["message"], e
+    status, _, body = server.request("GET", "/tokenizer_info")
+    assert status == 200 and json.loads(body)["tokenizer_class"] == "none"
     # Token ids in, token ids out (an extension field); the text is empty.
     body = dict(prompt=[5, 17, 3], max_tokens=10, temperature=0.9, seed=4)
     status, a = server.post("/v1/completions", body)
