@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -103,12 +104,26 @@ class LoadingConnection : public std::enable_shared_from_this<LoadingConnection>
         if (!ec) self->close();
       });
     }
-    http::async_read(socket_, buffer_, parser_, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-      self->answer(ec);
-    });
+    http::async_read_header(socket_, buffer_, parser_,
+                            [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                              self->on_header(ec);
+                            });
   }
 
  private:
+  // A client that sent `Expect: 100-continue` holds its body until told to continue; a final
+  // answer tells it not to send it, so the 503 goes at once (else curl waits a second). Any other
+  // body is read first: closing on unread bytes would reset the connection, and the client could
+  // lose the 503.
+  void on_header(const boost::system::error_code& ec) {
+    if (ec) return answer(ec);
+    const boost::beast::string_view expect = parser_.get()[http::field::expect];
+    if (parser_.is_done() || boost::beast::iequals(expect, "100-continue")) return answer(ec);
+    http::async_read(socket_, buffer_, parser_, [self = shared_from_this()](const boost::system::error_code& e, size_t) {
+      self->answer(e);
+    });
+  }
+
   void answer(const boost::system::error_code& ec) {
     if (ec && ec != http::error::body_limit) return close();  // gone, or not HTTP: nothing to answer
     const auto& request = parser_.get();

@@ -68,6 +68,14 @@ TEST(HttpLoading, PortsAnswer503WhileLoadingThenTheServerTakesThemOver) {
   EXPECT_EQ(c.rfind("HTTP/1.1 503 ", 0), 0u) << c;
   EXPECT_NE(c.find(R"("code":"loading")"), std::string::npos) << c;
   EXPECT_NE(c.find("loading its model"), std::string::npos) << c;
+  // A client waiting on `Expect: 100-continue` (curl, for large bodies) gets its 503 at once,
+  // before any body: it would otherwise wait to be told to send it.
+  const auto asked = std::chrono::steady_clock::now();
+  const std::string e = http(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: 5000\r\nExpect: 100-continue\r\n");
+  EXPECT_EQ(e.rfind("HTTP/1.1 503 ", 0), 0u) << e;
+  EXPECT_EQ(e.find("100 Continue"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5));
   // A connection that sends nothing yet is closed when the Server takes over, not held.
   const int idle = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
