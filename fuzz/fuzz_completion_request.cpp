@@ -27,9 +27,13 @@ using serve::ApiError;
 
 void check(const serve::CompletionRequest& r, const ModelConfig& config, bool chat) {
   if (r.chat != chat) broken("the request is the endpoint's kind");
-  if (r.prompt.empty()) broken("a prompt has at least one token");
-  for (int32_t id : r.prompt)
-    if (id < 0 || id >= config.vocab_size) broken("every prompt id is in the vocabulary");
+  if (r.prompts.empty() || (chat && r.prompts.size() != 1)) broken("one prompt, or a completion's batch");
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(serve::max_prompts)) broken("prompts x n <= 64");
+  for (const auto& prompt : r.prompts) {
+    if (prompt.empty()) broken("a prompt has at least one token");
+    for (int32_t id : prompt)
+      if (id < 0 || id >= config.vocab_size) broken("every prompt id is in the vocabulary");
+  }
   if (r.max_tokens < 0 || r.max_tokens > serve::max_request_tokens) broken("max_tokens is in [0, 2^20]");
   if (r.n < 1 || r.n > serve::max_choices) broken("n is in [1, 16]");
   if (r.logprobs < -1 || r.logprobs > serve::max_logprobs) broken("logprobs is -1 or in [0, 20]");

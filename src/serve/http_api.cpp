@@ -162,29 +162,34 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
   const int32_t vocab = config.vocab_size;
   if (chat) {
     if (!j.contains("messages")) throw bad("messages", "'messages' is required");
-    r.prompt = ids_of(chat_prompt(j["messages"]), config, tokenizer, "messages");
+    r.prompts.push_back(ids_of(chat_prompt(j["messages"]), config, tokenizer, "messages"));
   } else {
     if (!j.contains("prompt")) throw bad("prompt", "'prompt' is required");
-    const json* prompt = &j["prompt"];
-    // OpenAI's batch form, a list of prompts (strings or arrays of ids): clients send a single
-    // prompt that way too (LangChain does), so one is taken as the prompt; several are refused.
-    if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-      if (prompt->size() > 1)
-        throw bad("prompt", "'prompt' lists " + std::to_string(prompt->size()) +
-                                " prompts; this server answers one prompt per request (send one request each)");
-      prompt = &(*prompt)[0];
+    const json& given = j["prompt"];
+    // OpenAI's batch form, a list of prompts (strings or arrays of ids; LangChain sends its
+    // batches so, and a single prompt as a list of one): each prompt gets its own n choices.
+    const bool batch = given.is_array() && !given.empty() && (given[0].is_string() || given[0].is_array());
+    if (batch && given.size() > static_cast<size_t>(max_prompts))
+      throw bad("prompt", "'prompt' lists " + std::to_string(given.size()) + " prompts; at most " +
+                              std::to_string(max_prompts) + " a request");
+    const size_t count = batch ? given.size() : 1;
+    for (size_t k = 0; k < count; ++k) {
+      const json& p = batch ? given[k] : given;
+      const std::string field = batch ? "prompt[" + std::to_string(k) + "]" : "prompt";
+      std::vector<int32_t> ids;
+      if (p.is_string()) {
+        ids = ids_of(p.get<std::string>(), config, tokenizer, field);
+      } else if (p.is_array()) {
+        if (p.size() > static_cast<size_t>(max_request_tokens)) throw bad(field, "'" + field + "' has too many tokens");
+        for (size_t i = 0; i < p.size(); ++i)
+          ids.push_back(static_cast<int32_t>(integer(p[i], field + "[" + std::to_string(i) + "]", 0, vocab - 1)));
+      } else {
+        throw bad(field, "'" + field + "' must be a string or an array of token ids" +
+                             (batch ? "" : " (or a list of such prompts)"));
+      }
+      if (ids.empty()) throw bad(field, "'" + field + "' is empty; generation needs at least one token");
+      r.prompts.push_back(std::move(ids));
     }
-    const json& p = *prompt;
-    if (p.is_string()) {
-      r.prompt = ids_of(p.get<std::string>(), config, tokenizer, "prompt");
-    } else if (p.is_array()) {
-      if (p.size() > static_cast<size_t>(max_request_tokens)) throw bad("prompt", "'prompt' has too many tokens");
-      for (size_t i = 0; i < p.size(); ++i)
-        r.prompt.push_back(static_cast<int32_t>(integer(p[i], "prompt[" + std::to_string(i) + "]", 0, vocab - 1)));
-    } else {
-      throw bad("prompt", "'prompt' must be a string or an array of token ids (one prompt per request)");
-    }
-    if (r.prompt.empty()) throw bad("prompt", "'prompt' is empty; generation needs at least one token");
   }
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   const char* tokens_field = chat && has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -193,7 +198,7 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
   } else if (chat) {
     // OpenAI's chat has no small default (vLLM takes what the context has left): the window's
     // positions after the prompt, or completions' 16 where fewer are left.
-    const int64_t left = static_cast<int64_t>(config.length) - static_cast<int64_t>(r.prompt.size());
+    const int64_t left = static_cast<int64_t>(config.length) - static_cast<int64_t>(r.prompts[0].size());
     r.max_tokens = static_cast<int32_t>(std::clamp<int64_t>(left, 16, max_request_tokens));
   }
   if (has("temperature")) {
@@ -223,6 +228,10 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
       if (x.empty()) throw bad("stop", "'stop' strings must not be empty");
   }
   if (has("n")) r.n = static_cast<int32_t>(integer(j["n"], "n", 1, max_choices));
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(max_prompts))
+    throw bad("n", std::to_string(r.prompts.size()) + " prompts of n = " + std::to_string(r.n) + " choices make " +
+                       std::to_string(r.prompts.size() * static_cast<size_t>(r.n)) + " generations; at most " +
+                       std::to_string(max_prompts) + " a request");
   if (has("echo")) r.echo = boolean(j["echo"], "echo");
   if (has("stream")) r.stream = boolean(j["stream"], "stream");
   if (chat) {

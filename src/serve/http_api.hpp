@@ -35,7 +35,9 @@ std::string error_json(const std::string& message, const std::string& type, cons
 
 struct CompletionRequest {
   bool chat = false;
-  std::vector<int32_t> prompt;  // token ids (a string prompt's bytes, or BOS and its pieces through the tokenizer)
+  // Token ids of each prompt (a string prompt's bytes, or BOS and its pieces through the
+  // tokenizer): one, or OpenAI's batch of several (completions only), each with its n choices.
+  std::vector<std::vector<int32_t>> prompts;
   int32_t max_tokens = 16;
   SamplingOptions sampling{1.0f, 0, 1.0f, 0};  // OpenAI's defaults: temperature 1, top_p 1
   bool seed_given = false;
@@ -47,7 +49,8 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
 };
 
-inline constexpr int32_t max_choices = 16;
+inline constexpr int32_t max_choices = 16;  // n
+inline constexpr int32_t max_prompts = 64;  // prompts x n
 inline constexpr int32_t max_logprobs = 20;
 inline constexpr int32_t max_request_tokens = 1 << 20;
 

@@ -266,25 +266,32 @@ void HttpSession::completion(bool chat) {
   completion_ = parse_completion(request_.body(), context_.model->config(), context_.model_name, context_.tokenizer.get(), chat);
   const CompletionRequest& r = completion_;
   if (!r.seed_given) completion_.sampling.seed = random_u64();
-  prompt_text_.clear();
-  if (context_.tokenizer) prompt_text_ = TextStream(*context_.tokenizer, r.prompt).prompt_text();
-  else if (bytes_model())
-    for (int32_t t : r.prompt) prompt_text_.push_back(static_cast<char>(t & 0xff));
+  prompt_texts_.assign(r.prompts.size(), std::string());
+  for (size_t p = 0; p < r.prompts.size(); ++p) {
+    if (context_.tokenizer) prompt_texts_[p] = TextStream(*context_.tokenizer, r.prompts[p]).prompt_text();
+    else if (bytes_model())
+      for (int32_t t : r.prompts[p]) prompt_texts_[p].push_back(static_cast<char>(t & 0xff));
+  }
   ++request_seq_;
   error_.clear();
   choices_.clear();
-  choices_.resize(static_cast<size_t>(r.n));
+  choices_.resize(r.prompts.size() * static_cast<size_t>(r.n));
   finished_ = 0;
   abandoned_ = false;
   for (size_t i = 0; i < choices_.size(); ++i) {
+    // Choice i: prompt i / n, its (i % n)-th choice, with the seed that choice has when its prompt
+    // is asked alone, so that a batch's answers are each prompt's own.
+    const size_t prompt_index = i / static_cast<size_t>(r.n);
+    const std::vector<int32_t>& prompt = r.prompts[prompt_index];
+    choices_[i].prompt = prompt_index;
     GenerateOptions g;
     g.sampling = r.sampling;
-    g.sampling.seed = r.sampling.seed + i;  // wraps past 2^64 - 1, as unsigned arithmetic does
+    g.sampling.seed = r.sampling.seed + i % static_cast<size_t>(r.n);  // wraps past 2^64 - 1, as unsigned arithmetic does
     g.max_tokens = r.max_tokens;
     g.truncate_prompt = true;
     auto job = std::make_shared<GenerationJob>();
     try {
-      job->generator = std::make_unique<Generator>(context_.model, r.prompt, g);
+      job->generator = std::make_unique<Generator>(context_.model, prompt, g);
     } catch (const Error& e) {
       throw ApiError(400, e.what(), chat ? "messages" : "prompt");
     }
@@ -295,7 +302,7 @@ void HttpSession::completion(bool chat) {
     // job's callbacks one at a time, so the stream needs no lock. The callbacks hold the tokenizer
     // the stream reads: the engine may call them (abort) after the server's context is gone.
     std::shared_ptr<TextStream> text;
-    if (context_.tokenizer) text = std::make_shared<TextStream>(*context_.tokenizer, r.prompt, r.stop);
+    if (context_.tokenizer) text = std::make_shared<TextStream>(*context_.tokenizer, prompt, r.stop);
     else job->stops = r.stop;
     const int32_t top = r.logprobs;
     const uint64_t seq = request_seq_;
@@ -363,7 +370,7 @@ void HttpSession::completion(bool chat) {
       return respond_error(429, "the server has --max-queue requests waiting; try again later", {}, "server_error",
                            "queue_full");
     }
-    context_.metrics.prompt_tokens.fetch_add(r.prompt.size(), std::memory_order_relaxed);
+    context_.metrics.prompt_tokens.fetch_add(r.prompts[choices_[i].prompt].size(), std::memory_order_relaxed);
   }
   work_ = asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked);
   id_ = random_id(chat ? "chatcmpl-" : "cmpl-");
@@ -377,8 +384,9 @@ void HttpSession::completion(bool chat) {
     for (size_t i = 0; i < choices_.size(); ++i) {
       if (chat) send_event(chunk_json(i, "", std::nullopt, nullptr, true));
       else if (r.echo && r.logprobs >= 0) continue;  // with the prompt's scores (on_prompt_scores)
-      else if (r.echo && bytes_model()) send_event(chunk_json(i, choices_[i].utf8.push(prompt_text_), std::nullopt, nullptr, false));
-      else if (r.echo) send_event(chunk_json(i, prompt_text_, std::nullopt, nullptr, false));
+      else if (r.echo && bytes_model())
+        send_event(chunk_json(i, choices_[i].utf8.push(prompt_texts_[choices_[i].prompt]), std::nullopt, nullptr, false));
+      else if (r.echo) send_event(chunk_json(i, prompt_texts_[choices_[i].prompt], std::nullopt, nullptr, false));
     }
   }
   watch_disconnect();
@@ -449,16 +457,18 @@ void HttpSession::on_prompt_scores(size_t index, std::vector<TokenLogprobs> scor
   c.prompt_scored = true;
   if (!completion_.stream) return;
   const json lps = prompt_logprobs_json(c);
-  const std::string text = bytes_model() ? c.utf8.push(prompt_text_) : prompt_text_;
+  const std::string& prompt_text = prompt_texts_[c.prompt];
+  const std::string text = bytes_model() ? c.utf8.push(prompt_text) : prompt_text;
   send_event(chunk_json(index, text, std::nullopt, nullptr, false, &lps));
 }
 
 json HttpSession::prompt_logprobs_json(const Choice& c) const {
   const Tokenizer* tokenizer = context_.tokenizer.get();
   const bool bytes = bytes_model();
-  const std::vector<int32_t>& prompt = completion_.prompt;
+  const std::vector<int32_t>& prompt = completion_.prompts[c.prompt];
+  const std::string& prompt_text = prompt_texts_[c.prompt];
   // Where each prompt token's text starts in the echoed text: a byte each, or as the tokenizer's
-  // text of the prompt settles token by token (TextStream), within the echoed prompt_text_.
+  // text of the prompt settles token by token (TextStream), within the echoed prompt_text.
   std::vector<size_t> offsets(prompt.size());
   if (bytes) {
     for (size_t i = 0; i < prompt.size(); ++i) offsets[i] = i;
@@ -466,7 +476,7 @@ json HttpSession::prompt_logprobs_json(const Choice& c) const {
     TextStream text(*tokenizer, {});
     size_t at = 0;
     for (size_t i = 0; i < prompt.size(); ++i) {
-      offsets[i] = std::min(at, prompt_text_.size());
+      offsets[i] = std::min(at, prompt_text.size());
       try {
         at += text.push(prompt[i]).size();
       } catch (const std::exception&) {
@@ -562,7 +572,7 @@ std::string HttpSession::chunk_json(size_t index, const std::string& text, const
   const Choice& c = choices_[index];
   const bool bytes = bytes_model();
   json choice = {{"index", index}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
-  const size_t echoed = completion_.echo ? prompt_text_.size() : 0;  // text_offset counts the echoed prompt
+  const size_t echoed = completion_.echo ? prompt_texts_[c.prompt].size() : 0;  // text_offset counts the echoed prompt
   if (logprobs) choice["logprobs"] = *logprobs;
   else if (lp && bytes) choice["logprobs"] = logprobs_json({*lp}, echoed + c.bytes.size() - 1);
   else if (lp) choice["logprobs"] = logprobs_json({*lp}, echoed + c.offsets.back());
@@ -593,7 +603,8 @@ std::string HttpSession::chunk_json(size_t index, const std::string& text, const
 nlohmann::json HttpSession::usage_json() const {
   size_t generated = 0;
   for (const Choice& c : choices_) generated += bytes_model() ? c.bytes.size() : c.ids.size();
-  const size_t prompt_tokens = completion_.prompt.size();
+  size_t prompt_tokens = 0;  // each prompt once, whatever its n (as OpenAI counts them)
+  for (const std::vector<int32_t>& p : completion_.prompts) prompt_tokens += p.size();
   return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", generated}, {"total_tokens", prompt_tokens + generated}};
 }
 
@@ -623,9 +634,9 @@ void HttpSession::finish_completion() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     // A byte model's bytes made valid UTF-8; a tokenizer's text as it settled; token ids only: "".
-    const std::string text = bytes ? valid_utf8((r.echo ? prompt_text_ : std::string()) + c.bytes)
-                                   : (r.echo ? prompt_text_ : std::string()) + c.text;
-    const size_t offset = r.echo ? prompt_text_.size() : 0;
+    const std::string echoed = r.echo ? prompt_texts_[c.prompt] : std::string();
+    const std::string text = bytes ? valid_utf8(echoed + c.bytes) : echoed + c.text;
+    const size_t offset = echoed.size();
     json lps = r.logprobs >= 0 ? logprobs_json(c.logprobs, offset, bytes ? nullptr : &c.offsets) : json(nullptr);
     if (r.echo && c.prompt_scored) {  // the prompt's tokens first, as OpenAI gives them
       json all = prompt_logprobs_json(c);

@@ -64,6 +64,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  private:
   struct Choice {
     std::shared_ptr<GenerationJob> job;
+    size_t prompt = 0;  // which of the request's prompts (choice index prompt * n + i)
     std::string bytes;  // generated (a byte model)
     Utf8Stream utf8;    // streaming (a byte model)
     std::vector<int32_t> ids;    // generated
@@ -152,7 +153,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::string error_;
   std::string id_;
   int64_t created_ = 0;
-  std::string prompt_text_;  // the prompt's bytes (a byte model) or text (a tokenizer's), for echo
+  // Each prompt's bytes (a byte model) or text (a tokenizer's), for echo.
+  std::vector<std::string> prompt_texts_;
   asio::any_io_executor work_;  // keeps the loop running while the engine holds our callbacks
 };
 

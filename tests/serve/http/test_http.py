@@ -279,7 +279,11 @@ def test_bad_fields_are_400_naming_them(shared_server, body, param):
     ("/v1/completions", {"prompt": "a", "repetition_penalty": 1.2}, "repetition_penalty"),
     ("/v1/completions", {"prompt": "a", "logit_bias": {"65": 100}}, "logit_bias"),
     ("/v1/completions", {"prompt": "a", "suffix": "zz"}, "suffix"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"prompt": ["a"] * 65}, "prompt"),
+    ("/v1/completions", {"prompt": ["a"] * 9, "n": 8}, "n"),
+    ("/v1/completions", {"prompt": ["a", ""]}, "prompt[1]"),
+    ("/v1/completions", {"prompt": [[97], [98, 256]]}, "prompt[1][1]"),
+    ("/v1/completions", {"prompt": ["a", 5]}, "prompt[1]"),
     ("/v1/completions", {"prompt": "a", "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
                               "response_format": {"type": "json_object"}}, "response_format"),
@@ -298,6 +302,27 @@ def test_neutral_values_of_unsupported_fields_and_a_one_prompt_list_are_taken(sh
     assert completion(shared_server, prompt="ab", max_tokens=5, seed=3, **neutral)["choices"][0]["sha256"] == plain
     assert completion(shared_server, prompt=["ab"], max_tokens=5, seed=3)["choices"][0]["sha256"] == plain
     assert completion(shared_server, prompt=[[97, 98]], max_tokens=5, seed=3)["choices"][0]["sha256"] == plain
+
+
+def test_a_batch_of_prompts_gives_each_prompt_its_own_answers(shared_server):
+    # OpenAI's list of prompts (LangChain sends its batches so): choice index p * n + i, each the
+    # answer that prompt's i-th choice gets alone (seed + i), echo and logprobs per prompt.
+    prompts = ["ab", [72, 105], "The quick"]
+    body = dict(max_tokens=6, temperature=0.9, seed=11, n=2, echo=True, logprobs=1)
+    batch = completion(shared_server, prompt=prompts, **body)
+    assert [c["index"] for c in batch["choices"]] == list(range(6))
+    for p, prompt in enumerate(prompts):
+        alone = completion(shared_server, prompt=prompt, **body)
+        for i in range(2):
+            got, want = batch["choices"][p * 2 + i], alone["choices"][i]
+            assert {k: v for k, v in got.items() if k != "index"} == {k: v for k, v in want.items() if k != "index"}
+    assert batch["usage"]["prompt_tokens"] == 2 + 2 + 9  # each prompt once, whatever n
+    assert batch["usage"]["completion_tokens"] == 6 * 6
+    events = stream(shared_server, dict(prompt=prompts, **body))
+    for k in range(6):
+        mine = [e["choices"][0] for e in events if e["choices"][0]["index"] == k]
+        assert "".join(c["text"] for c in mine) == batch["choices"][k]["text"]
+        assert mine[-1]["sha256"] == batch["choices"][k]["sha256"]
 
 
 def test_stream_options_include_usage_adds_a_last_chunk_with_the_usage(shared_server):
