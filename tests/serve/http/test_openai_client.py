@@ -1,7 +1,7 @@
 """The official OpenAI JavaScript client (npm `openai@6`, Node.js 20) against `--http`: a
 completion and a streamed completion whose text equals `lockstep generate`'s for the same seed,
-a stream with `stream_options.include_usage` whose last chunk carries the usage, and
-models.retrieve.
+a stream with `stream_options.include_usage` whose last chunk carries the usage,
+models.retrieve, a batch of two prompts, and a prompt's own scores (echo with logprobs).
 npm installs into a temporary folder outside the repository, bounded in time; where npm is
 missing or cannot reach its registry the test is skipped, saying so."""
 import json
@@ -33,8 +33,12 @@ for await (const chunk of u) {
   if (chunk.usage) usage = chunk.usage;
 }
 const model = await client.models.retrieve('tiny');
+// A batch of prompts (choice p * n + i) and a prompt's own scores (echo with logprobs, max_tokens 0).
+const batch = await client.completions.create({ ...body, prompt: ['Hello', 'Hi'] });
+const scored = await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 0, echo: true, logprobs: 1 });
 console.log(JSON.stringify({ text: c.choices[0].text, finish: c.choices[0].finish_reason, streamed, stream_finish: finish,
-                             counted, usage, model: model.id }));
+                             counted, usage, model: model.id, batch: batch.choices.map((x) => x.text),
+                             scored: scored.choices[0].logprobs.tokens.length, first: scored.choices[0].logprobs.token_logprobs[0] }));
 """
 
 
@@ -61,5 +65,7 @@ def test_openai_js_client_equals_generate(openai_dir, serve, model):
     assert r.returncode == 0, r.stderr.decode()
     got = json.loads(r.stdout)
     expected = generate(model, "Hello", 30, "0.8", 5).decode("utf-8", errors="replace")
+    hi = generate(model, "Hi", 30, "0.8", 5).decode("utf-8", errors="replace")
     assert got == {"text": expected, "finish": "length", "streamed": expected, "stream_finish": "length",
-                   "counted": expected, "usage": {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}, "model": "tiny"}
+                   "counted": expected, "usage": {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35},
+                   "model": "tiny", "batch": [expected, hi], "scored": 5, "first": None}
