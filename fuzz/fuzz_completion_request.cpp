@@ -37,7 +37,7 @@ void check(const serve::CompletionRequest& r, const ModelConfig& config, bool ch
   if (r.max_tokens < 0 || r.max_tokens > serve::max_request_tokens) broken("max_tokens is in [0, 2^20]");
   if (r.n < 1 || r.n > serve::max_choices) broken("n is in [1, 16]");
   if (r.logprobs < -1 || r.logprobs > serve::max_logprobs) broken("logprobs is -1 or in [0, 20]");
-  if (r.stop.size() > 4) broken("at most 4 stop strings");
+  if (r.stop.size() > static_cast<size_t>(serve::max_stops)) broken("at most 16 stop strings");
   for (const std::string& s : r.stop)
     if (s.empty()) broken("stop strings are not empty");
   const SamplingOptions& s = r.sampling;

@@ -220,10 +220,10 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
   if (has("stop")) {
     const json& s = j["stop"];
     if (s.is_string()) r.stop.push_back(s.get<std::string>());
-    else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
+    else if (s.is_array() && s.size() <= static_cast<size_t>(max_stops) && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
       for (const json& x : s) r.stop.push_back(x.get<std::string>());
     else
-      throw bad("stop", "'stop' must be a string or an array of at most 4 strings");
+      throw bad("stop", "'stop' must be a string or an array of at most " + std::to_string(max_stops) + " strings");
     for (const std::string& x : r.stop)
       if (x.empty()) throw bad("stop", "'stop' strings must not be empty");
   }

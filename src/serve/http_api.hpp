@@ -52,6 +52,9 @@ struct CompletionRequest {
 inline constexpr int32_t max_choices = 16;  // n
 inline constexpr int32_t max_prompts = 64;  // prompts x n
 inline constexpr int32_t max_logprobs = 20;
+// Stop strings a request: OpenAI allows 4; lm-evaluation-harness sends a task's `until` list
+// whole (vLLM takes any number), so more are taken.
+inline constexpr int32_t max_stops = 16;
 inline constexpr int32_t max_request_tokens = 1 << 20;
 
 // Throws ApiError (400 naming the field) for anything wrong, 404 model_not_found for a `model`
