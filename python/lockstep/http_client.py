@@ -115,11 +115,14 @@ class HttpClient:
         return self._single(self.stream_choices("/v1/chat/completions", **body))
 
     def stream_choices(self, path: str, **body: Any) -> Iterator[Tuple[int, str]]:
-        """A streamed completion at ``path`` as (choice index, text) pieces, any n, resumed
-        across failures. Pieces carry text only: a resumed stream's logprobs are not merged."""
+        """A streamed completion at ``path`` as (choice index, text) pieces, any n and any number
+        of prompts (choice p * n + i), resumed across failures. Pieces carry text only: a resumed
+        stream's logprobs are not merged."""
         body = self._with_seed(body)
         body["stream"] = True
-        n = int(body.get("n", 1))
+        prompt = body.get("prompt")
+        batch = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
+        n = int(body.get("n", 1)) * (len(prompt) if batch else 1)
         delivered = [""] * n  # text handed to the caller, per choice
         self.last_finish_reasons = [None] * n
         for attempt in self._attempts():

@@ -159,6 +159,17 @@ def test_a_chat_stream_and_several_choices_resume_too(server):
         assert texts == [c["text"] for c in base.completion(**many)["choices"]]
     finally:
         proxy.close()
+    # A batch of prompts (choice p * n + i) resumes as well.
+    batch = dict(BODY, prompt=["Once upon", "The cat"], n=2)
+    want = [c["text"] for c in base.completion(**batch)["choices"]]
+    proxy = FaultProxy([server.port], faults=[("cut", 500)])
+    try:
+        got = [""] * 4
+        for i, t in HttpClient(proxy.url(), backoff=0.01).stream_choices("/v1/completions", **batch):
+            got[i] += t
+        assert got == want
+    finally:
+        proxy.close()
 
 
 def test_a_completion_is_retried_past_refusals_and_503_with_the_seed_it_chose(server):
