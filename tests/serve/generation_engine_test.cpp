@@ -2,6 +2,7 @@
 // runs with it, and a cancelled generation leaves with finish "abort".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <condition_variable>
@@ -110,21 +111,24 @@ TEST(GenerationEngine, BatchedTokensEqualSoloTokens) {
 
 // Echo with logprobs: before its first token, a job with on_prompt gets the logits that predict
 // each context token after the first, in chunks of prompt_chunk positions, the bits of a forward
-// pass over the context (Model::logits); a prompt past the window is scored as the window it
-// keeps, and a one-token prompt gets one call of no rows.
+// pass over the context (Model::logits), on the cpu or the reference device; a prompt past the
+// window is scored as the window it keeps, and a one-token prompt gets one call of no rows.
 TEST(GenerationEngine, PromptScoresAreTheContextsLogitsInChunks) {
   const auto model = tiny_model();
   const int64_t vocab = model->config().vocab_size;
   Metrics metrics;
-  GenerationEngine engine(4, 4, {}, metrics);
+  CallOptions reference;
+  reference.device = Device::reference;
+  GenerationEngine on_cpu(4, 4, {}, metrics), on_reference(4, 4, reference, metrics);
   for (const int prompt_length : {1, 2, 20, 40}) {
-    for (const int chunk : {0, 1, 7}) {
+    for (const int chunk : {0, 1, 7, -1}) {  // -1: all at once on the reference device
+      GenerationEngine& engine = chunk < 0 ? on_reference : on_cpu;
       std::vector<int32_t> prompt;
       for (int k = 0; k < prompt_length; ++k) prompt.push_back((37 * k + 11) % 256);
       auto job = std::make_shared<GenerationJob>();
       job->generator = std::make_unique<Generator>(model, prompt, options(3, 2));
       job->max_tokens = 2;
-      job->prompt_chunk = chunk;
+      job->prompt_chunk = std::max(chunk, 0);
       const std::vector<int32_t> context(job->generator->context().tokens().begin(),
                                          job->generator->context().tokens().end());
       std::vector<float> scores;
