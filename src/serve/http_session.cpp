@@ -247,6 +247,7 @@ void HttpSession::route() {
               {"parameters_sha256", context_.model->parameters_sha256()},
               {"profile", context_.model->profile()},
               {"window", context_.model->config().length},
+              {"max_model_len", context_.model->config().length},  // vLLM's name for it, which its clients read
               {"vocab_size", context_.model->config().vocab_size},
               {"tokenizer", context_.tokenizer ? context_.tokenizer->type() : bytes_model() ? "bytes" : "none"}};
     if (one_model) {

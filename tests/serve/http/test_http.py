@@ -230,6 +230,7 @@ def test_health_models_playground(shared_server):
     status, _, body = shared_server.request("GET", "/v1/models")
     m = json.loads(body)
     assert status == 200 and m["object"] == "list" and m["data"][0]["id"] == "tiny"
+    assert m["data"][0]["window"] == m["data"][0]["max_model_len"] == 32
     status, headers, body = shared_server.request("GET", "/")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     page = body.decode()
