@@ -42,12 +42,13 @@ bool boolean(const json& v, const std::string& field) {
   return v.get<bool>();
 }
 
-// The ids of `text`: through the tokenizer (BOS, then the pieces), else its bytes for a byte model.
+// The ids of `text`: through the tokenizer (BOS unless `bos` is false, then the pieces), else its
+// bytes for a byte model.
 std::vector<int32_t> ids_of(const std::string& text, const ModelConfig& config, const Tokenizer* tokenizer,
-                            const std::string& field) {
+                            const std::string& field, bool bos = true) {
   std::vector<int32_t> out;
   if (tokenizer) {
-    if (tokenizer->bos() >= 0) out.push_back(tokenizer->bos());
+    if (bos && tokenizer->bos() >= 0) out.push_back(tokenizer->bos());
     try {
       for (int32_t id : tokenizer->encode(text)) out.push_back(id);
     } catch (const std::exception& e) {
@@ -291,8 +292,7 @@ json tokenize_answer(const std::string& body, const ModelConfig& config, const s
   if (!tokenizer && config.vocab_size != 256)
     throw bad("prompt", "this model has no tokenizer (a vocabulary of " + std::to_string(config.vocab_size) +
                             " ids), so it takes no text");
-  std::vector<int32_t> ids = ids_of(j["prompt"].get<std::string>(), config, tokenizer, "prompt");
-  if (tokenizer && !special && tokenizer->bos() >= 0) ids.erase(ids.begin());  // the pieces alone
+  const std::vector<int32_t> ids = ids_of(j["prompt"].get<std::string>(), config, tokenizer, "prompt", special);
   return {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", config.length}};
 }
 

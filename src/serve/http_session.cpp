@@ -484,23 +484,32 @@ json HttpSession::prompt_logprobs_json(const Choice& c) const {
       }
     }
   }
-  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
+  json out = completion_logprobs();
   for (size_t i = 0; i < prompt.size(); ++i) {
-    tokens.push_back(token_text(prompt[i], tokenizer, bytes));
-    text_offset.push_back(offsets[i]);
-    const size_t scored = i - c.unscored;
-    if (i < c.unscored || scored >= c.prompt_logprobs.size()) {
-      token_logprobs.push_back(nullptr);
-      top_logprobs.push_back(nullptr);
-      continue;
-    }
-    const TokenLogprobs& t = c.prompt_logprobs[scored];
-    token_logprobs.push_back(t.logprob);
-    json top = json::object();
-    for (const auto& [id, lp] : t.top) top[token_text(id, tokenizer, bytes)] = lp;
-    top_logprobs.push_back(top);
+    const bool scored = i >= c.unscored && i - c.unscored < c.prompt_logprobs.size();
+    push_logprob(out, prompt[i], scored ? &c.prompt_logprobs[i - c.unscored] : nullptr, offsets[i]);
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", text_offset}};
+  return out;
+}
+
+json HttpSession::completion_logprobs() {
+  return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+          {"text_offset", json::array()}};
+}
+
+void HttpSession::push_logprob(json& lps, int32_t token, const TokenLogprobs* t, size_t offset) const {
+  const auto text_of = [&](int32_t id) { return token_text(id, context_.tokenizer.get(), bytes_model()); };
+  lps["tokens"].push_back(text_of(token));
+  lps["text_offset"].push_back(offset);
+  if (!t) {
+    lps["token_logprobs"].push_back(nullptr);
+    lps["top_logprobs"].push_back(nullptr);
+    return;
+  }
+  lps["token_logprobs"].push_back(t->logprob);
+  json top = json::object();
+  for (const auto& [id, lp] : t->top) top[text_of(id)] = lp;
+  lps["top_logprobs"].push_back(std::move(top));
 }
 
 std::string HttpSession::choice_sha256(const Choice& c) const {
@@ -555,17 +564,10 @@ json HttpSession::logprobs_json(const std::vector<TokenLogprobs>& lps, size_t te
     }
     return {{"content", content}};
   }
-  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
-  for (size_t i = 0; i < lps.size(); ++i) {
-    const TokenLogprobs& t = lps[i];
-    tokens.push_back(text_of(t.token));
-    token_logprobs.push_back(t.logprob);
-    json top = json::object();
-    for (const auto& [id, lp] : t.top) top[text_of(id)] = lp;
-    top_logprobs.push_back(top);
-    offsets.push_back(token_offsets ? text_offset + (*token_offsets)[i] : text_offset++);
-  }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+  json out = completion_logprobs();
+  for (size_t i = 0; i < lps.size(); ++i)
+    push_logprob(out, lps[i].token, &lps[i], token_offsets ? text_offset + (*token_offsets)[i] : text_offset++);
+  return out;
 }
 
 std::string HttpSession::chunk_json(size_t index, const std::string& text, const std::optional<TokenLogprobs>& lp,

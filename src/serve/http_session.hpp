@@ -95,6 +95,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_prompt_scores(size_t index, std::vector<TokenLogprobs> scores);
   // logprobs_json's four arrays for the prompt's tokens (echo): null where a token has no score.
   nlohmann::json prompt_logprobs_json(const Choice& c) const;
+  // A completion's logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, empty.
+  static nlohmann::json completion_logprobs();
+  // Appends a token to those arrays: its text, its log-probability and top N (null without a
+  // score `t`), its offset in the text.
+  void push_logprob(nlohmann::json& lps, int32_t token, const TokenLogprobs* t, size_t offset) const;
   bool bytes_model() const { return !context_.tokenizer && context_.model->config().vocab_size == 256; }
   std::string choice_sha256(const Choice& c) const;
   // The CORS header lines for this request's Origin when --cors-origin allows it, else "".
