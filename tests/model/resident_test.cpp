@@ -298,8 +298,11 @@ TEST(Resident, LoadingAPackedModelNeverHoldsItsF32Matrices) {
     EXPECT_LE(cost.added_kb, packed_kb + embed_kb + slack) << storage;
     EXPECT_LE(static_cast<int64_t>(m.resident_weight_bytes() / 1024), packed_kb + embed_kb + slack) << storage;
     const int64_t largest_f32_kb = static_cast<int64_t>(c.vocab_size) * c.d_model * 4 / 1024;  // the head
+    // The panels' arena lies on huge pages where the system gives them: the one being filled is
+    // resident whole, up to 2 MiB before its panels are written.
+    const int64_t filling_kb = 2048;
     if (cost.peak_kb >= 0) {
-      EXPECT_LE(cost.peak_kb, packed_kb + embed_kb + largest_f32_kb + slack)
+      EXPECT_LE(cost.peak_kb, packed_kb + embed_kb + largest_f32_kb + filling_kb + slack)
           << storage << ": f32 weights " << weight_bytes(c) / 1024 << " kB";
     }
     // And the expansion on demand still gives the written model's values.

@@ -14,9 +14,13 @@
 
 namespace lockstep::simd {
 
-// Floats aligned to 64 bytes, for packed weights and workspaces.
+// Floats aligned to 64 bytes, for packed weights and workspaces. Not `owned`: a slice of a block
+// someone else frees (WeightArena).
 struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
+  bool owned = true;
+  void operator()(float* p) const {
+    if (owned) std::free(p);
+  }
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
 // n floats, 64-byte aligned; from 4 MiB up, 2 MiB aligned and advised onto huge pages where the
@@ -203,6 +207,7 @@ struct Kernels {
 // Packs w [K, N] (row stride ldw) for `kernels`' matmul; with bf16_storage the values are
 // rounded to bf16 (ref::round_bf16, which leaves bf16 values as they are) and stored as their
 // high 16 bits.
+class WeightArena;
 PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw,
                          bool bf16_storage = false);
 // Packs the column-wise concatenation [w0 | w1 | ...] of matrices that share K.
@@ -210,8 +215,9 @@ struct MatrixPart {
   const float* w;  // [K, N] row-major
   int64_t N;
 };
+// With `arena`, the panels are taken from it (pack_weights: a model's matrices in one block).
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
-                         bool bf16_storage = false);
+                         bool bf16_storage = false, WeightArena* arena = nullptr);
 
 // Packs the column-wise concatenation of q8 matrices that share K (q [K, N] int8 row-major,
 // scale [N]) as stored int8 panels (PackedMatrix::q8): the matmul gives the bits of the same
@@ -221,14 +227,16 @@ struct Q8Part {
   const float* scale;  // [N]
   int64_t N;
 };
-PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K);
+PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K,
+                            WeightArena* arena = nullptr);
 // The same for q4 matrices (packed [K, ceil(N / 2)] as format/q4.hpp, scale [ceil(K / 32), N]).
 struct Q4Part {
   const uint8_t* packed;
   const float* scale;
   int64_t N;
 };
-PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_parts, int64_t K);
+PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_parts, int64_t K,
+                            WeightArena* arena = nullptr);
 
 // Storage for a packed [K, N] matrix (columns past N zeroed), to be filled by the functions below;
 // the training step repacks into it every step.

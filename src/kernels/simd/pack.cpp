@@ -9,8 +9,32 @@
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/packed_weights.hpp"
+#include "kernels/simd/weight_arena.hpp"
 
 namespace lockstep::simd {
+
+namespace {
+
+enum class Storage { f32, bf16, q8, q4 };
+
+// Floats a packed [K, N] matrix's data and scales take in `storage`, as pack_*_concat allocate
+// them: f32 panels, their 16-bit halves, int8 panels and a scale per column, or 4-bit panels
+// (rows in pairs) and a scale per 32 rows per column.
+std::pair<size_t, size_t> packed_floats(int32_t NR, Storage storage, int64_t K, int64_t N) {
+  const int64_t panels = (N + NR - 1) / NR;
+  const auto elements = static_cast<size_t>(panels * K * NR);
+  switch (storage) {
+    case Storage::bf16: return {(elements + 1) / 2, 0};
+    case Storage::q8: return {(elements + 3) / 4, static_cast<size_t>(panels * NR)};
+    case Storage::q4:
+      return {(static_cast<size_t>(panels * ((K + 1) / 2) * NR) + 3) / 4,
+              static_cast<size_t>(panels * format::q4_groups(K) * NR)};
+    case Storage::f32: break;
+  }
+  return {elements, 0};
+}
+
+}  // namespace
 
 AlignedFloats aligned_floats(size_t n) {
   constexpr size_t kHuge = size_t{2} << 20;
@@ -24,16 +48,15 @@ AlignedFloats aligned_floats(size_t n) {
 }
 
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
-                         bool bf16_storage) {
+                         bool bf16_storage, WeightArena* arena) {
   PackedMatrix out;
   out.K = K;
   for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
   out.bf16 = bf16_storage;
-  const size_t elements = static_cast<size_t>(out.panels * K * out.panel);
-  const size_t floats = bf16_storage ? (elements + 1) / 2 : elements;
-  out.data = aligned_floats(floats);
+  const size_t floats = packed_floats(out.panel, bf16_storage ? Storage::bf16 : Storage::f32, K, out.N).first;
+  out.data = floats_from(arena, floats);
   std::fill_n(out.data.get(), floats, 0.0f);
   uint16_t* const half = reinterpret_cast<uint16_t*>(out.data.get());
   // Row by row: each source row is read once, in order; each panel row written is contiguous.
@@ -54,19 +77,18 @@ PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_
   return out;
 }
 
-PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K) {
+PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K,
+                            WeightArena* arena) {
   PackedMatrix out;
   out.K = K;
   for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
   out.q8 = true;
-  const size_t elements = static_cast<size_t>(out.panels * K * out.panel);
-  const size_t floats = (elements + 3) / 4;
-  out.data = aligned_floats(floats);
+  const auto [floats, columns] = packed_floats(out.panel, Storage::q8, K, out.N);
+  out.data = floats_from(arena, floats);
   std::fill_n(out.data.get(), floats, 0.0f);
-  const size_t columns = static_cast<size_t>(out.panels * out.panel);
-  out.scales = aligned_floats(columns);
+  out.scales = floats_from(arena, columns);
   std::fill_n(out.scales.get(), columns, 0.0f);
   int8_t* const bytes = reinterpret_cast<int8_t*>(out.data.get());
   int64_t col0 = 0;
@@ -85,7 +107,8 @@ PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_p
   return out;
 }
 
-PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_parts, int64_t K) {
+PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_parts, int64_t K,
+                            WeightArena* arena) {
   PackedMatrix out;
   out.K = K;
   for (int i = 0; i < n_parts; ++i) out.N += parts[i].N;
@@ -94,12 +117,10 @@ PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_p
   out.q4 = true;
   out.groups = format::q4_groups(K);
   const int64_t NR = out.panel, pairs = (K + 1) / 2;
-  const size_t bytes_total = static_cast<size_t>(out.panels * pairs * NR);
-  const size_t floats = (bytes_total + 3) / 4;
-  out.data = aligned_floats(floats);
+  const auto [floats, scale_count] = packed_floats(out.panel, Storage::q4, K, out.N);
+  out.data = floats_from(arena, floats);
   std::fill_n(out.data.get(), floats, 0.0f);
-  const size_t scale_count = static_cast<size_t>(out.panels * out.groups * NR);
-  out.scales = aligned_floats(scale_count);
+  out.scales = floats_from(arena, scale_count);
   std::fill_n(out.scales.get(), scale_count, 0.0f);
   uint8_t* const bytes = reinterpret_cast<uint8_t*>(out.data.get());
   int64_t col = 0;
@@ -229,29 +250,57 @@ PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int6
 
 namespace {
 
-// The concatenation of the matrices at registry offsets `offsets` (widths N, sharing K): as int8
-// panels when every part has its q8 form (and the storage is not bf16), else from the floats.
-PackedMatrix pack_fused(const Kernels& k, const float* w, const format::Q8Matrices* q8,
-                        const format::Q4Matrices* q4, bool bf16,
-                        std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
+// How the concatenation of the matrices at registry offsets `offsets` (widths N, sharing K) is
+// stored: as 4-bit or int8 panels when every part has that form (and the storage is not bf16),
+// else from the floats.
+struct FusedPlan {
+  int64_t K = 0, N = 0;
+  Storage storage = Storage::f32;
+  std::vector<MatrixPart> parts;
   std::vector<Q8Part> q8_parts;
   std::vector<Q4Part> q4_parts;
-  std::vector<MatrixPart> parts;
+};
+
+FusedPlan plan_fused(const float* w, const format::Q8Matrices* q8, const format::Q4Matrices* q4, bool bf16,
+                     std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
+  FusedPlan plan;
+  plan.K = K;
   for (const auto& [offset, N] : offsets) {
-    parts.push_back({w + offset, N});
+    plan.N += N;
+    plan.parts.push_back({w + offset, N});
     if (q4 && !bf16) {
       const auto it = q4->find(offset);
       if (it != q4->end() && it->second.K == K && it->second.N == N)
-        q4_parts.push_back({it->second.packed.data(), it->second.scale.data(), N});
+        plan.q4_parts.push_back({it->second.packed.data(), it->second.scale.data(), N});
     }
     if (!q8 || bf16) continue;
     const auto it = q8->find(offset);
     if (it != q8->end() && it->second.K == K && it->second.N == N)
-      q8_parts.push_back({it->second.q.data(), it->second.scale.data(), N});
+      plan.q8_parts.push_back({it->second.q.data(), it->second.scale.data(), N});
   }
-  if (q4_parts.size() == parts.size()) return pack_q4_concat(k, q4_parts.data(), static_cast<int>(q4_parts.size()), K);
-  if (q8_parts.size() == parts.size()) return pack_q8_concat(k, q8_parts.data(), static_cast<int>(q8_parts.size()), K);
-  return pack_concat(k, parts.data(), static_cast<int>(parts.size()), K, bf16);
+  plan.storage = plan.q4_parts.size() == plan.parts.size()   ? Storage::q4
+                 : plan.q8_parts.size() == plan.parts.size() ? Storage::q8
+                 : bf16                                      ? Storage::bf16
+                                                             : Storage::f32;
+  return plan;
+}
+
+// Bytes the plan's matrix takes from an arena (data and scales each start on a 64-byte line).
+size_t arena_bytes(const Kernels& k, const FusedPlan& plan) {
+  const auto [data, scales] = packed_floats(k.panel_width, plan.storage, plan.K, plan.N);
+  const auto line = [](size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; };
+  return line(data) + (scales > 0 ? line(scales) : 0);
+}
+
+PackedMatrix pack_planned(const Kernels& k, const FusedPlan& plan, WeightArena* arena) {
+  const int n = static_cast<int>(plan.parts.size());
+  switch (plan.storage) {
+    case Storage::q4: return pack_q4_concat(k, plan.q4_parts.data(), n, plan.K, arena);
+    case Storage::q8: return pack_q8_concat(k, plan.q8_parts.data(), n, plan.K, arena);
+    case Storage::bf16:
+    case Storage::f32: break;
+  }
+  return pack_concat(k, plan.parts.data(), n, plan.K, plan.storage == Storage::bf16, arena);
 }
 
 }  // namespace
@@ -264,20 +313,34 @@ std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const Pa
   out->kernels = kernels ? kernels : &best_kernels();
   const Kernels& k = *out->kernels;
   const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff;
-  auto fused = [&](PackedMatrix& into, std::initializer_list<std::pair<int64_t, int64_t>> parts, int64_t K) {
-    into = pack_fused(k, w, q8, q4, bf16, parts, K);
-    if (packed) packed(into, PackedParts(parts.begin(), parts.size()));
+  // Every matrix is planned first, so that the arena is sized exactly (its huge pages then hold
+  // nothing but weights), then packed in order.
+  struct Planned {
+    PackedMatrix* into;
+    std::vector<std::pair<int64_t, int64_t>> parts;  // {registry offset, columns}
+    FusedPlan plan;
+  };
+  std::vector<Planned> plans;
+  auto plan = [&](PackedMatrix& into, std::initializer_list<std::pair<int64_t, int64_t>> parts, int64_t K) {
+    plans.push_back({&into, parts, plan_fused(w, q8, q4, bf16, parts, K)});
   };
   out->layers.resize(static_cast<size_t>(c.n_layers));
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const ParameterRegistry::Layer& L = reg.layer(l);
     PackedWeights::Layer& layer = out->layers[static_cast<size_t>(l)];
-    fused(layer.qkv, {{L.wq, q}, {L.wk, kv}, {L.wv, kv}}, d);
-    fused(layer.wo, {{L.wo, d}}, q);
-    fused(layer.gate_up, {{L.w_gate, ff}, {L.w_up, ff}}, d);
-    fused(layer.w_down, {{L.w_down, d}}, ff);
+    plan(layer.qkv, {{L.wq, q}, {L.wk, kv}, {L.wv, kv}}, d);
+    plan(layer.wo, {{L.wo, d}}, q);
+    plan(layer.gate_up, {{L.w_gate, ff}, {L.w_up, ff}}, d);
+    plan(layer.w_down, {{L.w_down, d}}, ff);
   }
-  fused(out->head, {{reg.head(), c.vocab_size}}, d);
+  plan(out->head, {{reg.head(), c.vocab_size}}, d);
+  size_t bytes = 0;
+  for (const Planned& p : plans) bytes += arena_bytes(k, p.plan);
+  out->arena = std::make_unique<WeightArena>(bytes);
+  for (const Planned& p : plans) {
+    *p.into = pack_planned(k, p.plan, out->arena.get());
+    if (packed) packed(*p.into, PackedParts(p.parts));
+  }
   return out;
 }
 

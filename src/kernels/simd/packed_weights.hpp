@@ -10,12 +10,16 @@
 #include "format/q4.hpp"
 #include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "kernels/simd/weight_arena.hpp"
 #include "lockstep/config.hpp"
 
 namespace lockstep::simd {
 
 struct PackedWeights {
   const Kernels* kernels = nullptr;
+  // Holds every matrix's panels (and q8/q4 scales), back to back on huge pages where the system
+  // gives them; declared first, so that it outlives the matrices that point into it.
+  std::unique_ptr<WeightArena> arena;
   struct Layer {
     PackedMatrix qkv;      // [d_model, q_dim + 2 kv_dim] = [wq | wk | wv]
     PackedMatrix wo;       // [q_dim, d_model]
