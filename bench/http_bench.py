@@ -130,14 +130,15 @@ def window_rate(port, clients, tokens, seconds, seed):
 
 def batching(port, tokens, seconds, rounds):
     """32 clients' tokens/s over one client's, in `rounds` rounds of one window each, one client
-    then 32 (the machine's drift falls on both): the median of the rounds' ratios, and the
-    ratios."""
-    ratios = []
+    then 32 (the machine's drift falls on both): the median of the rounds' ratios, the ratios, and
+    each round's (1 client, 32 clients) tokens/s."""
+    ratios, rates = [], []
     for r in range(rounds):
         one = window_rate(port, 1, tokens, seconds, 2 * r)
         many = window_rate(port, 32, tokens, seconds, 2 * r + 1)
         ratios.append(many / one)
-    return percentile(ratios, 0.5), ratios
+        rates.append((one, many))
+    return percentile(ratios, 0.5), ratios, rates
 
 
 def serve(lockstep, model, tmp, cores):
@@ -337,6 +338,8 @@ def main():
                 ratios.append(f"  s256: 32 clients / 1 client tokens/s: {rounds_ratio[0]:.2f}  (goal >= 4; median of "
                               f"{a.rounds} interleaved rounds: {' '.join(f'{x:.2f}' for x in rounds_ratio[1])}; "
                               f"{served[32]['tokens_per_s'] / served[1]['tokens_per_s']:.2f} from the table)")
+                ratios.append("    the rounds' tokens/s, 1 client / 32 clients: " +
+                              " ".join(f"{one:.0f}/{many:.0f}" for one, many in rounds_ratio[2]))
     print("\nratios (same run)")
     print("\n".join(ratios))
     if mismatches:
