@@ -207,7 +207,6 @@ struct Kernels {
 // Packs w [K, N] (row stride ldw) for `kernels`' matmul; with bf16_storage the values are
 // rounded to bf16 (ref::round_bf16, which leaves bf16 values as they are) and stored as their
 // high 16 bits.
-class WeightArena;
 PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int64_t N, int64_t ldw,
                          bool bf16_storage = false);
 // Packs the column-wise concatenation [w0 | w1 | ...] of matrices that share K.
@@ -216,6 +215,7 @@ struct MatrixPart {
   int64_t N;
 };
 // With `arena`, the panels are taken from it (pack_weights: a model's matrices in one block).
+class WeightArena;
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
                          bool bf16_storage = false, WeightArena* arena = nullptr);
 

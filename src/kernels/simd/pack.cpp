@@ -285,11 +285,10 @@ FusedPlan plan_fused(const float* w, const format::Q8Matrices* q8, const format:
   return plan;
 }
 
-// Bytes the plan's matrix takes from an arena (data and scales each start on a 64-byte line).
+// Bytes the plan's matrix takes from an arena: its data, then its scales (none: 0 bytes).
 size_t arena_bytes(const Kernels& k, const FusedPlan& plan) {
   const auto [data, scales] = packed_floats(k.panel_width, plan.storage, plan.K, plan.N);
-  const auto line = [](size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; };
-  return line(data) + (scales > 0 ? line(scales) : 0);
+  return WeightArena::bytes_for(data) + WeightArena::bytes_for(scales);
 }
 
 PackedMatrix pack_planned(const Kernels& k, const FusedPlan& plan, WeightArena* arena) {

@@ -31,8 +31,10 @@ WeightArena::~WeightArena() {
   if (mapping_) ::munmap(mapping_, mapping_bytes_);
 }
 
+size_t WeightArena::bytes_for(size_t n) { return (n * sizeof(float) + kAlign - 1) / kAlign * kAlign; }
+
 AlignedFloats WeightArena::take(size_t n) {
-  const size_t bytes = (n * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  const size_t bytes = bytes_for(n);
   if (bytes > capacity_ - used_) throw std::bad_alloc();
   float* p = reinterpret_cast<float*>(base_ + used_);
   used_ += bytes;

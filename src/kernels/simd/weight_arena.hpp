@@ -26,6 +26,8 @@ class WeightArena {
   // n floats, 64-byte aligned, zero, after the previous ones; the arena keeps ownership (the
   // returned pointer frees nothing). Throws std::bad_alloc past the reservation.
   AlignedFloats take(size_t n);
+  // Bytes take(n) uses up: n floats rounded up to whole 64-byte lines.
+  static size_t bytes_for(size_t n);
   size_t used_bytes() const { return used_; }
 
  private:
