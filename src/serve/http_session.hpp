@@ -1,5 +1,9 @@
 // One HTTP/1.1 connection (Boost.Beast's parser over the server's Asio loop): requests one after
-// another (keep-alive), each answered in full before the next is read. A completion hands its
+// another (keep-alive), each answered in full before the next is read. The class's members are
+// defined by concern, a file each (docs/ARCHITECTURE.md, "The HTTP server"): the connection
+// (http_session.cpp), routing (http_routes.cpp), health and metrics (http_health.cpp), models and
+// the tokenizer endpoints (http_models.cpp), completions and chat (http_completions.cpp), their
+// streamed events (http_stream.cpp) and logprobs (http_logprobs.cpp). A completion hands its
 // generation to the GenerationEngine and holds nothing but its callbacks until tokens come back,
 // posted to this connection's strand; a streamed one writes each piece as server-sent events.
 // A client that goes away cancels its generations (they leave the batch at the next step).
@@ -53,6 +57,13 @@ struct HttpContext {
   std::vector<std::string> cors_origins;            // --cors-origin (HttpOptions::cors_origins)
 };
 
+// Flow control: how many tokens a generation may run ahead of its connection, and how many bytes
+// may wait to be written before a stream's tokens are no longer given back. 32 tokens keep a
+// step's worth of work queued for every generation without letting the event loop's queue grow;
+// 256 KiB is a few hundred events with the most logprobs.
+inline constexpr int32_t kMaxTokensAhead = 32;
+inline constexpr size_t kMaxQueuedBytes = size_t{256} << 10;
+
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   using Closed = std::function<void(HttpSession*)>;
@@ -86,6 +97,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_header(const boost::system::error_code& ec);
   void on_request(const boost::system::error_code& ec);
   void route();
+  void answer_health();
+  void answer_metrics();
+  void answer_models();
+  void answer_model(const std::string& id);  // GET /v1/models/{id}, the id percent-decoded
+  void answer_tokenizer(const std::string& path);
+  nlohmann::json model_object() const;  // the served model as an OpenAI model object
   void completion(bool chat);
   // `settled`: with a tokenizer, the text the token settled (TextStream::push), or at the end the
   // rest (finish).
