@@ -14,6 +14,9 @@
 # the cluster survive it. SIGINT/SIGTERM to this script stops everything: replicas drain (at most
 # --drain-seconds, default 10), HAProxy stops, and nothing is left running.
 #
+# Replicas take `--max-body 262144` unless SERVE_FLAGS gives one: deploy/haproxy.cfg's buffers
+# (tune.bufsize) hold a body that large, so HAProxy can resend any request a replica accepts.
+#
 # --dir (default: a temporary folder, removed at the end) holds haproxy.cfg, each process's log
 # (NAME.log), pid (NAME.pid, rewritten at each start) and ports (NAME.ports: HTTP then frames),
 # haproxy.sock (HAProxy's runtime API) and, once everything is up, cluster.env (HTTP_URL=,
@@ -23,7 +26,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPLICAS=2 MODEL="$HERE/../examples/models/fortunes" BINARY=${LOCKSTEP_BINARY:-} CORES=1
 HTTP_BIND= FRAMES_BIND= DIR= RESTART_DELAY=0.5 DRAIN=10
 SERVE_FLAGS=()
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+MAX_BODY=262144  # what deploy/haproxy.cfg's tune.bufsize (278528) holds, headers aside
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 need() { [ $# -ge 2 ] || { echo "cluster.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -92,8 +96,10 @@ start_replica() {  # name; first start on free ports, later ones on the same por
   local name=$1 http=127.0.0.1:0 frames=127.0.0.1:0
   if [ -n "${ARGS[$name]:-}" ]; then read -r http frames <<<"${ARGS[$name]}"; fi
   : >"$DIR/$name.log"
+  local body=(--max-body "$MAX_BODY") flag
+  for flag in "${SERVE_FLAGS[@]}"; do case "$flag" in --max-body|--max-body=*) body=() ;; esac; done
   "$BINARY" serve "$MODEL" --http "$http" --listen "$frames" --name "$name" --cpu-cores "$CORES" \
-    --drain-seconds "$DRAIN" "${SERVE_FLAGS[@]}" >"$DIR/$name.log" 2>&1 &
+    --drain-seconds "$DRAIN" "${body[@]}" "${SERVE_FLAGS[@]}" >"$DIR/$name.log" 2>&1 &
   PID[$name]=$!
   STARTED[$name]=$SECONDS
   echo "${PID[$name]}" >"$DIR/$name.pid"

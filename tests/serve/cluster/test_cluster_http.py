@@ -314,3 +314,47 @@ def test_haproxy_alone_hides_a_dead_and_a_draining_replica_from_a_plain_client(c
     assert all(a == (200, "r3", want) for a in answers), answers
     assert redispatches() > before, "no request met the draining replica's 503"
     assert not streams.errors and streams.results[0][1:3] == (1, ["r2"]), (streams.errors, streams.results)
+
+
+# The replicas' --max-body behind the balancer (deploy/cluster.sh) and what HAProxy can resend
+# (deploy/haproxy.cfg, tune.bufsize): docs/SCALING.md, "Request bodies and HAProxy's buffers".
+MAX_BODY = 262144
+
+
+def test_a_body_near_the_limit_is_resent_when_a_replica_dies(cluster, alone):
+    """HAProxy resends a request only if it holds the whole of it (tune.bufsize): with its
+    default 16 KB buffer, 100 KB prompts in flight to a replica that was SIGKILLed came back 502
+    (issue 35). Bodies just under the replicas' --max-body, sent in a loop by plain clients (no
+    retry of their own) while a replica is killed under them, all get their answer; a body over
+    it is refused by the replica with 413, not lost."""
+    c = cluster(replicas=3, restart_delay="30")  # a replica that exits stays down here
+    filler = "the quick brown fox jumps over the lazy dog. " * (MAX_BODY // 45 + 1)
+    bodies = []
+    for k in range(4):
+        b = dict(prompt="", max_tokens=48, temperature=0.9, seed=40 + k)
+        b["prompt"] = filler[k: k + MAX_BODY - 1024 - len(json.dumps(b))]
+        assert MAX_BODY - 1024 <= len(json.dumps(b)) <= MAX_BODY
+        bodies.append(b)
+    want = [alone.completion(b) for b in bodies]
+    answers, stop = [], threading.Event()
+
+    def loop(k):
+        while not stop.is_set():
+            answers.append((k,) + plain_completion(c.http, bodies[k]))
+
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        c.signal("r1", 9)  # with requests in flight on it: leastconn spreads the 4 loops
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    bad = [(k, status, replica) for k, status, replica, text in answers if (status, text) != (200, want[k])]
+    assert not bad and len(answers) > 8, (bad, len(answers))
+    over = dict(bodies[0], prompt=filler[: MAX_BODY + 16])
+    status, _, data = plain_completion(c.http, over)
+    assert status == 413, (status, data)

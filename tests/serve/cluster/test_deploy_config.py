@@ -48,6 +48,11 @@ def test_the_shipped_file_is_valid_and_keeps_what_the_docs_explain():
     assert ("use_backend lockstep_http_affinity if { req.hdr(X-Lockstep-Affinity) -m found }"
             in s["frontend lockstep_http"])
     assert {"mode tcp", "balance leastconn", "option tcp-check"} <= set(s["backend lockstep_frame_replicas"])
+    # A whole request up to cluster.sh's --max-body and 16 KiB of headers fits in one buffer, so
+    # HAProxy can resend it (docs/SCALING.md, "Request bodies and HAProxy's buffers").
+    bufsize = int(next(line.split()[1] for line in s["global"] if line.startswith("tune.bufsize ")))
+    max_body = int(next(l.split("=")[1] for l in open(CLUSTER).read().splitlines() if l.startswith("MAX_BODY=")).split()[0])
+    assert bufsize >= max_body + 16384, (bufsize, max_body)
 
 
 def test_the_generator_changes_only_binds_and_servers(tmp_path):
