@@ -17,14 +17,17 @@ Run add_eval(CLI::App& app) {
   struct Flags {
     ModelFlags model;
     std::string data;
+    std::string progress = "auto";
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("eval", "print a model's mean loss and bits per byte over a file");
   f->model.add_to(*cmd);
   cmd->add_option("--data", f->data, "the bytes to evaluate on")->required();
+  cmd->add_option("--progress", f->progress, "auto (a line redrawn on a terminal), plain or live")->default_str("auto");
   return [f] {
+    const bool live = progress_is_live(parse_progress_mode(f->progress), 2);
     const auto model = Model::load(f->model.path, f->model.load_options());
-    LiveLine line(stderr, ::isatty(2) == 1);
+    LiveLine line(stderr, live);
     const auto began = std::chrono::steady_clock::now();
     // Shown at the first and last forward calls and, between them, as LiveLine paces it.
     bool first = true;

@@ -5,8 +5,26 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+
+#include "lockstep/error.hpp"
 
 namespace lockstep::cli {
+
+ProgressMode parse_progress_mode(const std::string& text) {
+  if (text == "auto") return ProgressMode::automatic;
+  if (text == "plain") return ProgressMode::plain;
+  if (text == "live") return ProgressMode::live;
+  throw Error(ErrorKind::invalid_argument, "--progress must be auto, plain or live, got '" + text + "'");
+}
+
+bool progress_is_live(ProgressMode mode, int fd) {
+  if (mode != ProgressMode::automatic) return mode == ProgressMode::live;
+  // A rank started by mpirun (Open MPI, MPICH/Hydra, PMIx): its terminal is mpirun's relay.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(name) != nullptr) return false;
+  return ::isatty(fd) == 1;
+}
 
 std::string duration_text(double seconds) {
   if (!(seconds >= 0.0) || seconds > 1e8) return "?";

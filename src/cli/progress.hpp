@@ -9,6 +9,15 @@
 
 namespace lockstep::cli {
 
+// How progress is shown (`--progress`): `live` redraws one line in place, `plain` prints lines
+// of their own, `auto` redraws only on a terminal that is not a rank of mpirun (Open MPI gives
+// every rank a pseudo-terminal, so isatty is true even when mpirun's output goes to a file).
+enum class ProgressMode { automatic, plain, live };
+// "auto", "plain" or "live"; throws Error naming the flag otherwise.
+ProgressMode parse_progress_mode(const std::string& text);
+// Whether progress on `fd` is redrawn in place.
+bool progress_is_live(ProgressMode mode, int fd);
+
 // "45s", "3m07s", "2h05m"; "?" for a negative, NaN or absurd estimate.
 std::string duration_text(double seconds);
 

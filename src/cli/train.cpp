@@ -162,6 +162,7 @@ Run add_train(CLI::App& app) {
     std::string dir;
     int64_t steps = 0;
     bool resume = false;
+    std::string progress = "auto";
     DeviceFlags device;
   };
   auto f = std::make_shared<Flags>();
@@ -173,6 +174,9 @@ Run add_train(CLI::App& app) {
       ->required();
   cmd->add_option("--steps", f->steps, "the step to end at, instead of the run file's :steps");
   cmd->add_flag("--resume", f->resume, "continue from the newest complete checkpoint in --checkpoint-dir");
+  cmd->add_option("--progress", f->progress,
+                  "auto (a line redrawn on a terminal, plain lines under mpirun or elsewhere), plain or live")
+      ->default_str("auto");
   f->device.add_to(*cmd);
   return [f, cmd, &app] {
     const RunSpec spec = read_run_file(f->run_file);
@@ -187,7 +191,7 @@ Run add_train(CLI::App& app) {
                     "--steps must be in [1, 1000000000], got " + std::to_string(f->steps));
       options.steps = f->steps;
     }
-    Progress progress(::isatty(1) == 1);
+    Progress progress(progress_is_live(parse_progress_mode(f->progress), 1));
     options.observer = &progress;
     options.stop = &stop_requested;
     // LOCKSTEP_PHASE_TIMES=1 (bench/mpi_scaling.sh): every rank prints where its time went.
@@ -239,8 +243,9 @@ Run add_train(CLI::App& app) {
     }
     std::printf("  model       %s\n", result.last_checkpoint.c_str());
     if (result.ranks > 1)
-      std::printf("  ranks       %d; rank 0 sent %lld bytes and waited %.3f s for the others\n", result.ranks,
-                  static_cast<long long>(result.bytes_sent), result.seconds_waiting);
+      std::printf("  ranks       %d; rank 0 sent %s (%s bytes) and waited %.3f s for the others\n", result.ranks,
+                  human_bytes(static_cast<double>(result.bytes_sent)).c_str(), with_commas(result.bytes_sent).c_str(),
+                  result.seconds_waiting);
     return 0;
   };
 }

@@ -100,6 +100,34 @@ TEST(CliEvalProgress, OneLineRedrawnInPlaceOnATerminal) {
   EXPECT_TRUE(has(out, "bits/byte  ")) << out;
 }
 
+// Open MPI gives each rank a pseudo-terminal, so a rank's isatty is true even when mpirun's
+// output goes to a file (issue 42: 59 KB of redraw codes in a log). Under mpirun's environment
+// `--progress auto` prints plain lines; `live` and `plain` choose either way anywhere.
+TEST(CliTrainProgress, PlainLinesUnderMpirunEvenOnATerminalAndTheFlagChooses) {
+  test::TempDir dir;
+  const std::string run = test::write_tiny_run(dir);
+  const std::string redraw = "\r\033[K";
+  const std::string live = run_on_a_terminal({kBin, "train", run, "--checkpoint-dir", dir / "a", "--steps", "3"});
+  EXPECT_TRUE(has(live, redraw)) << live;
+  for (const char* rank_env : {"OMPI_COMM_WORLD_SIZE=2", "PMI_SIZE=2", "PMIX_RANK=0"}) {
+    const std::string out = run_on_a_terminal(
+        {"/usr/bin/env", rank_env, kBin, "train", run, "--checkpoint-dir", dir / rank_env, "--steps", "3"});
+    EXPECT_FALSE(has(out, redraw)) << rank_env << ": " << out;
+    EXPECT_TRUE(has(out, "train: done, step 3")) << out;
+  }
+  const std::string plain = run_on_a_terminal(
+      {kBin, "train", run, "--checkpoint-dir", dir / "p", "--steps", "3", "--progress", "plain"});
+  EXPECT_FALSE(has(plain, redraw)) << plain;
+  EXPECT_TRUE(has(plain, "train: done, step 3")) << plain;
+  const auto forced = test::run_command(
+      {kBin, "train", run, "--checkpoint-dir", dir / "l", "--steps", "3", "--progress", "live"});
+  EXPECT_EQ(forced.status, 0) << forced.err;
+  EXPECT_TRUE(has(forced.out, redraw)) << forced.out;
+  const auto bad = test::run_command({kBin, "train", run, "--checkpoint-dir", dir / "b", "--progress", "fancy"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(has(bad.err, "--progress must be auto, plain or live, got 'fancy'")) << bad.err;
+}
+
 TEST(CliTrainData, AMissingRelativeDataPathNamesTheFullPathTried) {
   test::TempDir dir;
   char* real = ::realpath(dir.path().c_str(), nullptr);
