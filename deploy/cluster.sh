@@ -15,7 +15,9 @@
 # --drain-seconds, default 10), HAProxy stops, and nothing is left running.
 #
 # Replicas take `--max-body 262144` unless SERVE_FLAGS gives one: deploy/haproxy.cfg's buffers
-# (tune.bufsize) hold a body that large, so HAProxy can resend any request a replica accepts.
+# (tune.bufsize) hold a body that large, so HAProxy can resend any request a replica accepts. Their
+# frame protocol takes the call docs/SCALING.md and `./run demo` send, ids and a position,
+# answering its logits (`--at --output logits`), unless SERVE_FLAGS gives --at or --output.
 #
 # --dir (default: a temporary folder, removed at the end) holds haproxy.cfg, each process's log
 # (NAME.log), pid (NAME.pid, rewritten at each start) and ports (NAME.ports: HTTP then frames),
@@ -27,7 +29,7 @@ REPLICAS=2 MODEL="$HERE/../examples/models/fortunes" BINARY=${LOCKSTEP_BINARY:-}
 HTTP_BIND= FRAMES_BIND= DIR= RESTART_DELAY=0.5 DRAIN=10
 SERVE_FLAGS=()
 MAX_BODY=262144  # what deploy/haproxy.cfg's tune.bufsize (278528) holds, headers aside
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 need() { [ $# -ge 2 ] || { echo "cluster.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -96,10 +98,15 @@ start_replica() {  # name; first start on free ports, later ones on the same por
   local name=$1 http=127.0.0.1:0 frames=127.0.0.1:0
   if [ -n "${ARGS[$name]:-}" ]; then read -r http frames <<<"${ARGS[$name]}"; fi
   : >"$DIR/$name.log"
-  local body=(--max-body "$MAX_BODY") flag
-  for flag in "${SERVE_FLAGS[@]}"; do case "$flag" in --max-body|--max-body=*) body=() ;; esac; done
+  local body=(--max-body "$MAX_BODY") call=(--at --output logits) flag
+  for flag in "${SERVE_FLAGS[@]}"; do
+    case "$flag" in
+      --max-body|--max-body=*) body=() ;;
+      --at|--output|--output=*) call=() ;;
+    esac
+  done
   "$BINARY" serve "$MODEL" --http "$http" --listen "$frames" --name "$name" --cpu-cores "$CORES" \
-    --drain-seconds "$DRAIN" "${body[@]}" "${SERVE_FLAGS[@]}" >"$DIR/$name.log" 2>&1 &
+    --drain-seconds "$DRAIN" "${body[@]}" "${call[@]}" "${SERVE_FLAGS[@]}" >"$DIR/$name.log" 2>&1 &
   PID[$name]=$!
   STARTED[$name]=$SECONDS
   echo "${PID[$name]}" >"$DIR/$name.pid"

@@ -115,14 +115,14 @@ def alone(model, tmp_path_factory):
 class Cluster:
     """deploy/cluster.sh: replicas r1..rN behind HAProxy, each restarted on its ports when it exits."""
 
-    def __init__(self, model, folder, replicas=3, restart_delay="0.5", drain="30"):
+    def __init__(self, model, folder, replicas=3, restart_delay="0.5", drain="30", serve_flags=SERVE_FLAGS):
         self.dir = folder
         self.model = model
         self.names = [f"r{i + 1}" for i in range(replicas)]
         self.out = open(folder / "cluster.out", "wb")
         self.proc = subprocess.Popen(
             [CLUSTER, "--replicas", str(replicas), "--model", model, "--binary", BINARY, "--dir", str(folder),
-             "--restart-delay", restart_delay, "--drain-seconds", drain, "--", *SERVE_FLAGS],
+             "--restart-delay", restart_delay, "--drain-seconds", drain, "--", *serve_flags],
             stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
         env = folder / "cluster.env"
         deadline = time.monotonic() + 60

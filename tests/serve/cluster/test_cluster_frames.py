@@ -80,3 +80,23 @@ def test_a_new_connection_after_a_replica_dies_is_answered_elsewhere(cluster, al
         with lsc.connect(c.frames, timeout=30) as model:
             assert model.call_raw(p) == want
             assert model.replica == "r2"
+
+
+def test_the_documented_resending_example_runs_against_the_default_cluster(cluster, alone):
+    """docs/SCALING.md's frame example, as written, against replicas started with
+    deploy/cluster.sh's defaults (no serve flags, as `./run cluster`): it failed with 'the model
+    takes 1 inputs (inputs); got 2' while the replicas ran without --at (issue 42)."""
+    import os
+    import re
+    c = cluster(replicas=2, serve_flags=[])
+    doc = open(os.path.join(os.path.dirname(lsc.__file__), "..", "..", "docs", "SCALING.md")).read()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "Resending(" in b)
+    assert '"tcp:127.0.0.1:7070"' in example
+    with lsc.connect(alone.frames, timeout=30) as direct:
+        window = direct.inputs[0].shape[1]
+        ids, at = [(5 * i + 3) % 256 for i in range(window)], window // 2
+        want = direct.call(ids, [at])["logits"]
+    scope = {"ids": ids, "at": at, "print": lambda *a, **k: None}
+    exec(example.replace('"tcp:127.0.0.1:7070"', repr(c.frames)), scope)
+    assert list(scope["logits"].flatten()) == list(want.flatten())
+    assert scope["model"].replicas and set(scope["model"].replicas) <= {"r1", "r2"}
