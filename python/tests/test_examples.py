@@ -115,3 +115,16 @@ def test_embedding_programs_print_the_greedy_bytes(lm, model_dir, build_dir, pro
     assert [int(b) for b in lines[2].split()[1:]] == greedy(lm, prompt, n)
     missing = subprocess.run([path, model_dir + "-missing"], capture_output=True, text=True)
     assert missing.returncode == 1 and "no such file or directory" in missing.stderr
+
+
+def test_the_demo_runs_and_says_where_lockstep_is():
+    """`./run demo` as the README's first command: it samples text through the socket, and ends
+    by saying where the `lockstep` command the README uses is and how to put it on PATH (issue
+    42: after the demo, `lockstep` was not on PATH and nothing said so). Uses this build (no
+    rebuild: the build is current when the tests run)."""
+    from conftest import BINARY
+    build = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+    done = subprocess.run([os.path.join(REPO, "run"), "demo"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(python_env(), LOCKSTEP_BUILD_DIR=build, DEMO_TOKENS="20"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"the lockstep command is {build}/src/lockstep; ./run install ~/.local" in done.stdout, done.stdout
