@@ -174,6 +174,20 @@ std::optional<long long> index_value(py::handle obj, bool& overflow) {
   return v;
 }
 
+uint64_t seed_value(py::handle obj, const char* name) {
+  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr()))
+    throw py::type_error(std::string(name) + " must be an int; got a " + type_name(obj));
+  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!i) throw py::error_already_set();
+  const unsigned long long v = PyLong_AsUnsignedLongLong(i.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {  // negative or past 64 bits
+    PyErr_Clear();
+    throw py::value_error(std::string(name) + " must be an int in [0, 18446744073709551615] (2^64 - 1); got " +
+                          py::str(i).cast<std::string>());
+  }
+  return v;
+}
+
 IdsArray ids_array(py::handle obj, const ModelConfig& config, const std::string& expected,
                    const std::vector<int32_t>* lengths) {
   py::array a = as_array(obj);

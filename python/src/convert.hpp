@@ -79,6 +79,10 @@ std::string type_name(py::handle obj);
 // `overflow` is set when the integer does not fit in a long long.
 std::optional<long long> index_value(py::handle obj, bool& overflow);
 
+// A sampling seed: a Python int in [0, 2^64 - 1] (numpy integers too, bools not); TypeError for
+// anything else, ValueError naming `name` and the value outside the range.
+uint64_t seed_value(py::handle obj, const char* name = "seed");
+
 // ModelConfig from a LanguageModelConfig or None (the defaults); TypeError otherwise.
 ModelConfig config_from(py::handle shape);
 

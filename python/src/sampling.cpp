@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "arg_types.hpp"
 #include "convert.hpp"
 #include "lockstep/sampling.hpp"
 
@@ -15,7 +16,8 @@ namespace lockstep::python {
 void bind_sampling(py::module_& m) {
   m.def(
       "sample_token",
-      [](py::handle logits_arg, int64_t step, float temperature, int32_t top_k, float top_p, uint64_t seed, bool trace) {
+      [](py::handle logits_arg, int64_t step, float temperature, int32_t top_k, float top_p, IntArg seed_arg, bool trace) {
+        const uint64_t seed = seed_value(seed_arg);
         const auto logits = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(logits_arg);
         if (!logits) throw py::type_error("logits must be a float32 array-like");
         if (logits.ndim() != 1) throw py::value_error("logits must be one-dimensional [vocab]");

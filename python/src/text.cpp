@@ -59,19 +59,27 @@ std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokeniz
   return ints_from(obj, name);
 }
 
-py::object generated_result(const Tokenizer* tokenizer, int32_t vocab, const std::vector<int32_t>& prompt,
-                            const std::vector<int32_t>& generated) {
-  if (tokenizer) {
-    // As `lockstep generate` prints it (TextStream): the decoding of prompt and generated tokens
-    // together (SentencePiece drops a leading piece's space, so the tokens alone may decode
-    // differently), less the prompt's own text.
-    TextStream text(*tokenizer, prompt);
-    for (int32_t id : generated) text.push(id);
-    text.finish();
-    return decoded_str(text.text());
-  }
-  if (vocab == 256) return py::bytes(std::string(generated.begin(), generated.end()));
-  return py::cast(generated);
+GenerateOutput generate_output(py::handle output, const Tokenizer* tokenizer, int32_t vocab) {
+  if (!py::isinstance<py::str>(output)) throw py::type_error("output must be a str; got a " + type_name(output));
+  const std::string name = output.cast<std::string>();
+  const GenerateOutput o = name == "text"    ? GenerateOutput::text
+                           : name == "bytes" ? GenerateOutput::bytes
+                           : name == "ids"   ? GenerateOutput::ids
+                                             : throw py::value_error("output must be 'text', 'bytes' or 'ids'; got '" + name + "'");
+  if (o != GenerateOutput::ids && !tokenizer && vocab != 256)
+    throw py::value_error("output='" + name + "': the model has no text (no tokenizer and a vocabulary of " +
+                          std::to_string(vocab) + " ids, not the 256 bytes); pass output='ids'");
+  return o;
+}
+
+py::object generated_result(GenerateOutput output, const TextStream* text, const std::vector<int32_t>& generated) {
+  if (output == GenerateOutput::ids) return py::cast(generated);
+  // With a tokenizer, the text as `lockstep generate` prints it (TextStream): the decoding of
+  // prompt and generated tokens together (SentencePiece drops a leading piece's space, so the
+  // tokens alone may decode differently), less the prompt's own text. A byte model: the bytes.
+  const std::string bytes = text ? text->text() : std::string(generated.begin(), generated.end());
+  if (output == GenerateOutput::bytes) return py::bytes(bytes);
+  return decoded_str(bytes);
 }
 
 namespace {

@@ -24,10 +24,15 @@ namespace py = pybind11;
 std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokenizer* tokenizer, int32_t vocab,
                                  bool at_start);
 
-// What generate() returns for `generated` after `prompt`: the text the tokenizer's decoding of
-// both adds to the prompt's (str), bytes for a byte model, else the ids (list[int]).
-py::object generated_result(const Tokenizer* tokenizer, int32_t vocab, const std::vector<int32_t>& prompt,
-                            const std::vector<int32_t>& generated);
+// generate()'s `output=`: "text" (str), "bytes" or "ids" (list[int]), one type for every model.
+enum class GenerateOutput { text, bytes, ids };
+// Parses `output` for a model with `tokenizer` (or none) and `vocab` ids: ValueError for another
+// name, or for text or bytes from a model that has no text (neither a tokenizer nor 256 ids).
+GenerateOutput generate_output(py::handle output, const Tokenizer* tokenizer, int32_t vocab);
+// What generate() returns for the `generated` ids in `output`'s type: `text`, when the model has a
+// tokenizer, is the finished TextStream of the prompt and those ids (its settled text is what
+// they add); without one (a byte model) the ids are the bytes.
+py::object generated_result(GenerateOutput output, const TextStream* text, const std::vector<int32_t>& generated);
 
 // Decoded text as str (a sequence ending inside a UTF-8 character gives U+FFFD there).
 py::str decoded_str(const std::string& text);

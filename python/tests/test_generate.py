@@ -79,7 +79,7 @@ def test_every_front_end_gives_one_text(extension, fortunes_server, prompt, n, t
     assert cli.returncode == 0, cli.stderr
     assert len(cli.stdout) == len(prompt) + n + 1
     lm = extension.LanguageModelInference.from_checkpoint(FORTUNES)
-    generated = lm.generate(prompt, n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    generated = lm.generate(prompt, n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, output="bytes")
     assert cli.stdout == prompt.encode() + generated + b"\n"
     example = sample_py(fortunes_server.sock, prompt, n, temperature, top_k, top_p, seed)
     assert example.returncode == 0, example.stderr
@@ -121,8 +121,8 @@ def test_generate_past_the_window_is_the_policy(lm):
             logits = lm.logits(np.array([context.tokens], dtype=np.int32), threaded=False)[0, -1]
             want.append(twin.sample_token([float(v) for v in logits], step, temperature, top_k, top_p, seed))
         assert sum(restarts) == 6  # at steps 3 + 13 k: the prompt fills 22 of 24, then 12 are kept
-        got = lm.generate(prompt, 70, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        assert got == bytes(want)
+        got = lm.generate(prompt, 70, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, output="ids")
+        assert got == want
 
 
 def test_generate_truncates_a_long_prompt_or_refuses_it(lm):
@@ -165,3 +165,30 @@ def test_sample_py_runs_without_numpy(fortunes_server):
     assert done.returncode == 0, done.stderr
     cli = cli_generate(FORTUNES, "The ", 20, 0.8, 0, 1.0, 1)
     assert done.stdout == cli.stdout
+
+
+def test_generate_returns_one_type_chosen_by_output(lm):
+    """generate() returns str by default for every model with text (a byte model's bytes as
+    UTF-8, invalid sequences as U+FFFD), bytes with output='bytes' and the ids with output='ids';
+    before issue 42 a byte model returned bytes and a tokenizer's model str."""
+    ids = lm.generate(b"hi", 30, temperature=1.3, seed=3, output="ids")
+    raw = lm.generate(b"hi", 30, temperature=1.3, seed=3, output="bytes")
+    text = lm.generate(b"hi", 30, temperature=1.3, seed=3)
+    assert isinstance(text, str) and isinstance(raw, bytes) and isinstance(ids, list)
+    assert raw == bytes(ids) and text == raw.decode("utf-8", errors="replace")
+    with pytest.raises(ValueError, match="output must be 'text', 'bytes' or 'ids'; got 'str'"):
+        lm.generate(b"hi", 3, output="str")
+    with pytest.raises(TypeError, match="output must be a str"):
+        lm.generate(b"hi", 3, output=None)
+
+
+def test_a_seed_out_of_range_is_a_value_error_naming_it(lm):
+    """The README promises ValueError naming the argument; seed=-1 raised pybind11's
+    'incompatible function arguments' TypeError with the whole signature (issue 42)."""
+    for seed in (-1, 2 ** 64, -(2 ** 70)):
+        with pytest.raises(ValueError, match=r"seed must be an int in \[0, 18446744073709551615\]"):
+            lm.generate("The ", 4, temperature=0.8, seed=seed)
+    with pytest.raises(TypeError, match="seed must be an int; got a str"):
+        lm.generate("The ", 4, temperature=0.8, seed="7")
+    top = lm.generate("The ", 4, temperature=0.8, seed=2 ** 64 - 1, output="ids")
+    assert top == lm.generate("The ", 4, temperature=0.8, seed=np.uint64(2 ** 64 - 1), output="ids")

@@ -50,11 +50,11 @@ def test_session_refuses_bad_tokens_and_a_full_window():
 def test_generate_is_reproducible_on_every_path():
     lm = tiny()
     outs = {
-        lm.generate(b"hi", 12, temperature=1.2, top_k=40, top_p=0.9, seed=5, threaded=t, threads=n)
+        lm.generate(b"hi", 12, temperature=1.2, top_k=40, top_p=0.9, seed=5, threaded=t, threads=n, output="bytes")
         for t, n in ((True, 1), (True, 2), (True, 3), (False, None))
     }
     assert len(outs) == 1 and len(next(iter(outs))) == 12
-    greedy = lm.generate("hi", 6)
+    greedy = lm.generate("hi", 6, output="bytes")
     ids = [ord("h"), ord("i")]
     for _ in range(6):
         ids.append(lm.next_bytes(np.array([ids], dtype=np.int32))[0])

@@ -207,7 +207,9 @@ def test_python_refuses_text_without_a_tokenizer(extension, tmp_path):
     lm = extension.LanguageModelInference.from_checkpoint(out)
     assert lm.tokenizer is None and extension.Tokenizer.for_model(out) is None
     assert b"tokenizer  none: token ids only" in run("inspect", out).stdout
-    got = lm.generate([3, 14, 15], 6)
+    got = lm.generate([3, 14, 15], 6, output="ids")
+    with pytest.raises(ValueError, match="output='text': the model has no text .*; pass output='ids'"):
+        lm.generate([3, 14, 15], 6)
     done = run("generate", out, "--prompt-ids", "3,14,15", "-n", "6", "--temperature", "0")
     assert done.returncode == 0 and [3, 14, 15] + got == [int(t) for t in done.stdout.decode().split(",")]
     for text in ("hi", b"hi"):
