@@ -221,3 +221,36 @@ def test_playground_shows_the_api_text(cuts, serve, model, tmp_path, request):
     if cuts:  # text was shown before a cut, so the page had to skip it when it came again
         assert max(int(n) for n in resumed_after.split(",")) > 0, resumed_after
     assert os.path.getsize(shot) > 1000
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"playground browser test: {REASON}")
+def test_playground_sends_a_seed_past_2_to_the_53_exactly(serve, tmp_path):
+    """The page sent Number(seed): 2^53 + 1 went out as 2^53 (another request's text) and
+    2^64 - 1 as 2^64, which the API refuses (issue 42). The digits typed are sent as they are."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    s = serve("--http", "127.0.0.1:0")
+    driver = chromium(tmp_path)
+    shown = {}
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(f"http://127.0.0.1:{s.port}/")
+        for seed in (2 ** 53 + 1, 2 ** 64 - 1, "-1"):
+            element = driver.find_element(By.ID, "seed")
+            element.clear()
+            element.send_keys(str(seed))
+            driver.execute_script("document.getElementById('status').textContent = '';")
+            driver.find_element(By.ID, "go").click()
+            WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "status").text.startswith(("finish", "error")))
+            shown[seed] = (driver.find_element(By.ID, "status").text,
+                           driver.find_element(By.ID, "status").get_attribute("data-sha256"))
+    finally:
+        driver.quit()
+    for seed in (2 ** 53 + 1, 2 ** 64 - 1):
+        status, answer = s.post("/v1/completions", dict(prompt="Once upon a time", max_tokens=64, temperature=0.8,
+                                                        top_p=1.0, top_k=0, seed=seed))
+        assert status == 200, answer
+        assert shown[seed][1] == answer["choices"][0]["sha256"], (seed, shown[seed])
+        assert f"seed {seed}," in shown[seed][0], shown[seed]
+    assert "the seed must be an integer in [0, 18446744073709551615]" in shown["-1"][0], shown["-1"]
