@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Document 003's example under lockstep's names: load a model and print the greedy next byte
-after "Hello, wor".
+"""Load a model and print the greedy next byte after "Hello, wor": the inference class's first
+example.
 
     PYTHONPATH=python:build/python /usr/bin/python3 examples/python_example.py [MODEL]
 

@@ -128,3 +128,12 @@ def test_the_demo_runs_and_says_where_lockstep_is():
                           timeout=300, env=dict(python_env(), LOCKSTEP_BUILD_DIR=build, DEMO_TOKENS="20"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"the lockstep command is {build}/src/lockstep; ./run install ~/.local" in done.stdout, done.stdout
+
+
+def test_examples_do_not_open_with_internal_document_numbers():
+    """examples/python_example.py opened with "Document 003's example", a number that means
+    nothing to a reader of the repository (issue 42)."""
+    for name in sorted(os.listdir(os.path.join(REPO, "examples"))):
+        if name.endswith((".py", ".c", ".cpp", ".sx")):
+            head = open(os.path.join(REPO, "examples", name), errors="replace").read(600)
+            assert not re.search(r"[Dd]ocument 0\d\d", head), name

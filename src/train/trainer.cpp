@@ -1,6 +1,7 @@
 // The one-step trainer: validate, compute the loss and gradient (reference or fast path), clip,
 // AdamW, EMA, then commit all of it at once. A step that fails changes nothing but clearing the
 // gradient.
+#include "core/number_text.hpp"
 #include "lockstep/trainer.hpp"
 
 #include <algorithm>
@@ -84,7 +85,7 @@ struct Trainer::Impl {
   Impl(const ModelConfig& c, const TrainerOptions& o) : config(c), registry(c), options(o), rope(c) {
     o.adamw.validate();
     if (!(o.ema_decay >= 0.0f && o.ema_decay < 1.0f))
-      invalid("ema decay = " + std::to_string(o.ema_decay) + " must be in [0, 1) (0: no EMA)");
+      invalid("ema decay = " + number_text(o.ema_decay) + " must be in [0, 1) (0: no EMA)");
     if (o.threads < 0 || o.threads > max_threads)
       invalid("threads must be in [1, " + std::to_string(max_threads) + "], or 0 for one per core");
     std::set<std::string> seen;
@@ -287,7 +288,7 @@ uint32_t Trainer::train_step(const IdsView& ids, std::optional<float> lr) {
   const float loss = s.loss_and_gradient(ids, s.grad.data());
   if (!std::isfinite(loss))
     throw Error(ErrorKind::state, "the loss of step " + std::to_string(s.completed + 1) + " is not finite (" +
-                                      std::to_string(loss) + "); the step was not applied");
+                                      number_text(loss) + "); the step was not applied");
   // The first non-finite element, each worker searching its own range. Data-parallel, each rank
   // checks (and sums the squares of) its own whole blocks of ref::kNormBlock elements, and the
   // ranks share what they found and their blocks' sums (bytes).

@@ -76,7 +76,10 @@ TEST(Generate, RefusesBadOptions) {
   test::TempDir dir;
   const std::string m = tiny_model(dir);
   auto r = test::run_command({kBin, "generate", m, "--prompt", "a", "--temperature", "-1"});
-  EXPECT_NE(r.err.find("temperature must be"), std::string::npos) << r.err;
+  // The value as given, the shortest text of its f32 ("got -1.000000" before issue 42).
+  EXPECT_NE(r.err.find("temperature must be a finite number >= 0 (0: greedy), got -1\n"), std::string::npos) << r.err;
+  r = test::run_command({kBin, "generate", m, "--prompt", "a", "--top-p", "1.0000001"});
+  EXPECT_NE(r.err.find("top-p must be in (0, 1] (1: off), got 1.0000001\n"), std::string::npos) << r.err;
   r = test::run_command({kBin, "generate", m, "--prompt", "a", "--top-p", "0"});
   EXPECT_NE(r.err.find("top-p must be in (0, 1]"), std::string::npos) << r.err;
   r = test::run_command({kBin, "generate", m, "--prompt", ""});
