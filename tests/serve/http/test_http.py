@@ -3,6 +3,7 @@ endpoint, every error, equality with `lockstep generate`, streaming, batching, d
 import hashlib
 import http.client
 import json
+import re
 import signal
 import socket
 import struct
@@ -505,6 +506,11 @@ def test_metrics_count_each_generation_by_finish_reason_and_length(shared_server
     after = [metric(shared_server, n) for n in names]
     # length: the 2 choices and the first "stops"; stop: the second. Their tokens: 5, 5, 8 and 1.
     assert [a - b for a, b in zip(after, before)] == [3, 1, 1, 3, 4, 5 + 5 + 8 + 1]
+    # A success counter counts no failure (issue 42): abort and error are failures.
+    text = shared_server.metrics()
+    assert not re.search(r'lockstep_request_success_total\{finished_reason="(abort|error)"', text), text
+    for reason in ("abort", "error"):
+        assert f'lockstep_request_failure_total{{finished_reason="{reason}"}}' in text, text
 
 
 def test_prefix_cache_serves_prompts_without_changing_a_bit(serve, model):
