@@ -59,7 +59,7 @@ void check_threads(int threads, bool zero_ok) {
 
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  format::Q8Matrices* q8, format::Q4Matrices* q4, const std::string* read_sha256)
+                  quant::Q8Matrices* q8, quant::Q4Matrices* q4, const std::string* read_sha256)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
@@ -221,8 +221,8 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   }
   // A frozen :load parameter is read from the file the run read (relative: from the current
   // directory), refused with LS-LOAD-001 when that file has changed.
-  format::Q8Matrices q8;
-  format::Q4Matrices q4;
+  quant::Q8Matrices q8;
+  quant::Q4Matrices q4;
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
   // A q8/q4 file computed in f32 with no :load parameters has every matrix packed from its

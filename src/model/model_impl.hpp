@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep {
 
@@ -91,7 +91,7 @@ struct Model::Impl {
   // `read_sha256`: `params` come from read_weights(give_back_packed), checked and hashed to it
   // there, the pages of their q8/q4 matrices already given back.
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-       format::Q8Matrices* q8 = nullptr, format::Q4Matrices* q4 = nullptr,
+       quant::Q8Matrices* q8 = nullptr, quant::Q4Matrices* q4 = nullptr,
        const std::string* read_sha256 = nullptr);
 
   const float* matmul_weights() const {

@@ -10,6 +10,7 @@
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/packed_weights.hpp"
 #include "kernels/simd/weight_arena.hpp"
+#include "quant/q4.hpp"
 
 namespace lockstep::simd {
 
@@ -28,7 +29,7 @@ std::pair<size_t, size_t> packed_floats(int32_t NR, Storage storage, int64_t K, 
     case Storage::q8: return {(elements + 3) / 4, static_cast<size_t>(panels * NR)};
     case Storage::q4:
       return {(static_cast<size_t>(panels * ((K + 1) / 2) * NR) + 3) / 4,
-              static_cast<size_t>(panels * format::q4_groups(K) * NR)};
+              static_cast<size_t>(panels * quant::q4_groups(K) * NR)};
     case Storage::f32: break;
   }
   return {elements, 0};
@@ -115,7 +116,7 @@ PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_p
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
   out.q4 = true;
-  out.groups = format::q4_groups(K);
+  out.groups = quant::q4_groups(K);
   const int64_t NR = out.panel, pairs = (K + 1) / 2;
   const auto [floats, scale_count] = packed_floats(out.panel, Storage::q4, K, out.N);
   out.data = floats_from(arena, floats);
@@ -131,7 +132,7 @@ PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_p
       for (int64_t g = 0; g < out.groups; ++g)
         out.scales[static_cast<size_t>((p * out.groups + g) * NR + lane)] = parts[i].scale[g * N + j];
       for (int64_t k = 0; k < K; ++k) {
-        const uint8_t nibble = static_cast<uint8_t>(format::q4_value(parts[i].packed, N, k, j) & 0xF);
+        const uint8_t nibble = static_cast<uint8_t>(quant::q4_value(parts[i].packed, N, k, j) & 0xF);
         bytes[static_cast<size_t>(p * pairs * NR + (k / 2) * NR + lane)] |=
             static_cast<uint8_t>(k % 2 == 0 ? nibble : nibble << 4);
       }
@@ -261,7 +262,7 @@ struct FusedPlan {
   std::vector<Q4Part> q4_parts;
 };
 
-FusedPlan plan_fused(const float* w, const format::Q8Matrices* q8, const format::Q4Matrices* q4, bool bf16,
+FusedPlan plan_fused(const float* w, const quant::Q8Matrices* q8, const quant::Q4Matrices* q4, bool bf16,
                      std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
   FusedPlan plan;
   plan.K = K;
@@ -306,7 +307,7 @@ PackedMatrix pack_planned(const Kernels& k, const FusedPlan& plan, WeightArena* 
 
 std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const ParameterRegistry& reg,
                                                   const float* w, const Kernels* kernels, bool bf16,
-                                                  const format::Q8Matrices* q8, const format::Q4Matrices* q4,
+                                                  const quant::Q8Matrices* q8, const quant::Q4Matrices* q4,
                                                   const std::function<void(const PackedMatrix&, PackedParts)>& packed) {
   auto out = std::make_shared<PackedWeights>();
   out->kernels = kernels ? kernels : &best_kernels();

@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/weight_arena.hpp"
 #include "lockstep/config.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep::simd {
 
@@ -43,8 +43,8 @@ struct PackedWeights {
 using PackedParts = std::span<const std::pair<int64_t, int64_t>>;
 std::shared_ptr<const PackedWeights> pack_weights(
     const ModelConfig& config, const ParameterRegistry& registry, const float* weights,
-    const Kernels* kernels = nullptr, bool bf16_storage = false, const format::Q8Matrices* q8 = nullptr,
-    const format::Q4Matrices* q4 = nullptr,
+    const Kernels* kernels = nullptr, bool bf16_storage = false, const quant::Q8Matrices* q8 = nullptr,
+    const quant::Q4Matrices* q4 = nullptr,
     const std::function<void(const PackedMatrix&, PackedParts)>& packed = nullptr);
 
 }  // namespace lockstep::simd
