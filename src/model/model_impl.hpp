@@ -16,9 +16,7 @@
 
 namespace lockstep {
 
-namespace simd {
 struct PackedWeights;
-}
 
 // Scratch memory for the fast path's calls, kept between calls so that a call's buffers are not
 // fresh pages each time (the page faults otherwise cost a sixth of a prefill's matmul time).
@@ -78,7 +76,7 @@ struct Model::Impl {
   int threads = 0;  // 0: the pool's size
   std::vector<float> rope_cos, rope_sin;  // [length, head_dim / 2]
   float attention_scale = 1.0f;
-  std::shared_ptr<const simd::PackedWeights> packed;  // the fast path's layout of the weights
+  std::shared_ptr<const PackedWeights> packed;  // the fast path's layout of the weights
 
   mutable std::mutex pool_mutex;
   mutable std::shared_ptr<ThreadPool> pool;

@@ -11,13 +11,13 @@
 #include "format/atomic_write.hpp"
 #include "format/model_json.hpp"
 #include "format/weights.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "lockstep/call.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/prefix_cache.hpp"
 #include "lockstep/session.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 #include "quant/q4.hpp"
 #include "support/test_util.hpp"
 
@@ -79,7 +79,7 @@ TEST_P(Q8Packed, MatricesAreHeldAsInt8) {
   const ModelConfig c = test::tiny_config(24);
   write_q8_model(dir_ + "/m", c, init_parameters(c, 3), packing_);
   const auto model = Model::load(dir_ + "/m");
-  const simd::PackedWeights& pw = *model->impl().packed;
+  const PackedWeights& pw = *model->impl().packed;
   EXPECT_TRUE(held(pw.head));
   for (const auto& l : pw.layers) {
     EXPECT_TRUE(held(l.qkv));

@@ -214,7 +214,8 @@ struct MatrixPart {
   const float* w;  // [K, N] row-major
   int64_t N;
 };
-// With `arena`, the panels are taken from it (pack_weights: a model's matrices in one block).
+// With `arena`, the panels are taken from it (a model's matrices in one block: pack_weights,
+// model/packed_weights.hpp).
 class WeightArena;
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
                          bool bf16_storage = false, WeightArena* arena = nullptr);
