@@ -9,7 +9,6 @@
 #include "core/rng.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
-#include "kernels/simd/packed_weights.hpp"
 
 namespace lockstep {
 namespace {

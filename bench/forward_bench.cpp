@@ -25,8 +25,8 @@
 #include "lockstep/model.hpp"
 #include "lockstep/session.hpp"
 #include "lockstep/trainer.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 #include "train/optimizer_pass.hpp"
 
 #include <map>
@@ -433,7 +433,7 @@ void BM_DecodeM1024(benchmark::State& state) {
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     benchmark::DoNotOptimize(logits.data());
   }
-  const simd::PackedWeights& pw = *model->impl().packed;
+  const PackedWeights& pw = *model->impl().packed;
   size_t bytes = pw.head.bytes();
   for (const auto& L : pw.layers) bytes += L.qkv.bytes() + L.wo.bytes() + L.gate_up.bytes() + L.w_down.bytes();
   state.SetLabel(std::string("m1024 ") + packing_name(packing));

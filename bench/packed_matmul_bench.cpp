@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/rng.hpp"
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep {
 namespace {
@@ -31,14 +31,14 @@ simd::PackedMatrix pack_as(const simd::Kernels& k, int storage, const std::vecto
   if (storage == 2) {
     std::vector<int8_t> q(w.size());
     std::vector<float> scale(static_cast<size_t>(N));
-    format::pack_q8(w.data(), K, N, q.data(), scale.data());
+    quant::pack_q8(w.data(), K, N, q.data(), scale.data());
     const simd::Q8Part part{q.data(), scale.data(), N};
     return simd::pack_q8_concat(k, &part, 1, K);
   }
   if (storage == 3) {
-    std::vector<uint8_t> packed(static_cast<size_t>(K * format::q4_row_bytes(N)));
-    std::vector<float> scale(static_cast<size_t>(format::q4_groups(K) * N));
-    format::pack_q4(w.data(), K, N, packed.data(), scale.data());
+    std::vector<uint8_t> packed(static_cast<size_t>(K * quant::q4_row_bytes(N)));
+    std::vector<float> scale(static_cast<size_t>(quant::q4_groups(K) * N));
+    quant::pack_q4(w.data(), K, N, packed.data(), scale.data());
     const simd::Q4Part part{packed.data(), scale.data(), N};
     return simd::pack_q4_concat(k, &part, 1, K);
   }

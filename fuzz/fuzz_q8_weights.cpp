@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "core/sha256.hpp"
-#include "format/q8.hpp"
 #include "format/safetensors.hpp"
 #include "format/weights.hpp"
 #include "lockstep/config.hpp"

@@ -1,4 +1,5 @@
-// The model's dimensions and its parameter registry.
+// A model's description, as model.json records it: its dimensions and parameter registry, its
+// precision, where its weights came from, and the arithmetic profile it was written for.
 //
 // The model is a Llama-style decoder over bytes (vocab 256 by default): token embedding, n_layers
 // blocks of (RMSNorm, causal multi-head attention with interleaved-pair RoPE, residual; RMSNorm,
@@ -6,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,6 +19,26 @@ namespace lockstep {
 // one: 2^31, 8 GiB as f32 (docs/LIMITS.md). ModelConfig::validate refuses more, saying how many
 // bytes the configuration would need.
 inline constexpr int64_t max_parameters = int64_t{1} << 31;
+
+// The arithmetic profile this build computes; model.json names the profile it was written for,
+// and a loader refuses any other.
+const char* profile_name() noexcept;
+
+enum class Precision {
+  f32,   // every product in f32
+  bf16,  // matmul operands rounded to bf16, products accumulated in f32
+};
+Precision parse_precision(std::string_view name);  // "f32" / "bf16"
+const char* precision_name(Precision precision) noexcept;
+
+// Where the weights came from, as model.json records it.
+struct ModelSource {
+  std::string directory;            // the model or step directory read ("" when built in memory)
+  std::optional<int64_t> step;      // the training step of the checkpoint the weights come from
+  std::optional<std::string> slug;  // the run's name
+  std::optional<std::string> checkpoint;  // the step directory an exported model came from
+  bool trained_weights = false;           // a checkpoint's trained weights rather than its EMA
+};
 
 struct ModelConfig {
   int32_t vocab_size = 256;  // token ids are in [0, vocab_size); 256 means the byte values

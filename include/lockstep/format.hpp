@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "lockstep/config.hpp"
-#include "lockstep/model.hpp"
 
 namespace lockstep {
 

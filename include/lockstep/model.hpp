@@ -18,24 +18,14 @@
 
 namespace lockstep {
 
-// The arithmetic profile this build computes; model.json names the profile it was written for,
-// and a loader refuses any other.
-const char* profile_name() noexcept;
-
 enum class Device {
   cpu,        // SIMD kernels on the thread pool
   reference,  // single-threaded scalar kernels: docs/ARITHMETIC.md in code
-};
-enum class Precision {
-  f32,   // every product in f32
-  bf16,  // matmul operands rounded to bf16, products accumulated in f32
 };
 
 // "cpu" / "reference"; "cuda" and "metal" are refused as not built in. Throws Error.
 Device parse_device(std::string_view name);
 const char* device_name(Device device) noexcept;
-Precision parse_precision(std::string_view name);  // "f32" / "bf16"
-const char* precision_name(Precision precision) noexcept;
 
 class ThreadPool;
 
@@ -46,15 +36,6 @@ int thread_pool_size(const ThreadPool& pool) noexcept;
 // One per physical core available to this process.
 int default_thread_count();
 inline constexpr int max_threads = 1024;
-
-// Where the weights came from, as model.json records it.
-struct ModelSource {
-  std::string directory;            // the model or step directory read ("" when built in memory)
-  std::optional<int64_t> step;      // the training step of the checkpoint the weights come from
-  std::optional<std::string> slug;  // the run's name
-  std::optional<std::string> checkpoint;  // the step directory an exported model came from
-  bool trained_weights = false;           // a checkpoint's trained weights rather than its EMA
-};
 
 struct ModelOptions {
   Device device = Device::cpu;  // default for calls that do not say

@@ -1,5 +1,5 @@
 // lockstep._lockstep's packed tensors (python/lockstep/lowbit.py re-exports them): pack a float32
-// matrix as q8 with the packer `lockstep export --pack q8` uses (format/q8.cpp), expand one with
+// matrix as q8 with the packer `lockstep export --pack q8` uses (quant/q8.cpp), expand one with
 // its expansion, read the packed tensors of a model directory with the reader's checks. Nothing
 // here rounds on its own: every value comes from the library's functions.
 #include "lowbit.hpp"
@@ -18,16 +18,16 @@
 #include "convert.hpp"
 #include "format/mapped_file.hpp"
 #include "format/model_json.hpp"
-#include "format/q8.hpp"
 #include "format/safetensors.hpp"
 #include "format/weights.hpp"
 #include "lockstep/format.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep::python {
 
 std::vector<float> PackedTensor::expand() const {
   std::vector<float> w(static_cast<size_t>(rows * cols));
-  format::expand_q8(q.data(), scale.data(), rows, cols, w.data());
+  quant::expand_q8(q.data(), scale.data(), rows, cols, w.data());
   return w;
 }
 
@@ -89,7 +89,7 @@ PackedTensor pack(py::handle w_arg, py::handle format_arg) {
   t.q.resize(static_cast<size_t>(t.rows * t.cols));
   t.scale.resize(static_cast<size_t>(t.cols));
   py::gil_scoped_release release;
-  format::pack_q8(p, t.rows, t.cols, t.q.data(), t.scale.data());
+  quant::pack_q8(p, t.rows, t.cols, t.q.data(), t.scale.data());
   return t;
 }
 

@@ -17,7 +17,7 @@ struct PackedTensor {
   std::vector<int8_t> q;   // [K, N], row-major
   std::vector<float> scale;  // [N]
 
-  // float(q[k, n]) * scale[n], one f32 multiply each (format::expand_q8).
+  // float(q[k, n]) * scale[n], one f32 multiply each (quant::expand_q8).
   std::vector<float> expand() const;
 };
 

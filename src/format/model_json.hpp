@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "lockstep/config.hpp"
-#include "lockstep/model.hpp"
 
 namespace lockstep::format {
 

@@ -10,10 +10,10 @@
 #include "core/pages.hpp"
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "format/safetensors.hpp"
 #include "lockstep/error.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep::format {
 namespace {
@@ -54,8 +54,8 @@ void check_packable(const std::string& path, const ParameterRegistry& registry, 
 std::vector<float> read_weights(const std::string& path, const ModelConfig& config,
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded,
-                                const std::string& weight_format, Q8Matrices* q8_out, Q4Matrices* q4_out,
-                                bool give_back_packed) {
+                                const std::string& weight_format, quant::Q8Matrices* q8_out,
+                                quant::Q4Matrices* q4_out, bool give_back_packed) {
   if (weight_format != kQ8Format && weight_format != kQ4Format && weight_format != "float32")
     refuse(path, "weight format '" + weight_format + "' is not one this lockstep reads (float32, q8, q4)");
   const MappedFile file(path);
@@ -66,8 +66,8 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
 std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std::string& path,
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded,
-                                      const std::string& weight_format, Q8Matrices* q8_out,
-                                      Q4Matrices* q4_out, const MappedFile* mapped, bool give_back_packed) {
+                                      const std::string& weight_format, quant::Q8Matrices* q8_out,
+                                      quant::Q4Matrices* q4_out, const MappedFile* mapped, bool give_back_packed) {
   const bool q4 = weight_format == kQ4Format;
   const bool q8 = weight_format == kQ8Format || q4;  // matrices packed, with `.scale` tensors
   if (!q8 && weight_format != "float32")
@@ -108,7 +108,8 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
   auto expected = [&](const ParameterInfo& e) {
     if (!(q8 && e.shape.size() == 2)) return Expected{DType::f32, e.shape, {}};
     if (q4)
-      return Expected{DType::u8, {e.shape[0], q4_row_bytes(e.shape[1])}, {q4_groups(e.shape[0]), e.shape[1]}};
+      return Expected{DType::u8, {e.shape[0], quant::q4_row_bytes(e.shape[1])},
+                      {quant::q4_groups(e.shape[0]), e.shape[1]}};
     return Expected{DType::i8, e.shape, {e.shape[1]}};
   };
 
@@ -186,21 +187,21 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
                            (q4 ? "element " : "column ") + std::to_string(i));
       if (q4) {
         const uint8_t* packed_bytes = data + t.begin;
-        if (const std::string bad = check_q4(packed_bytes, e.shape[0], e.shape[1]); !bad.empty())
+        if (const std::string bad = quant::check_q4(packed_bytes, e.shape[0], e.shape[1]); !bad.empty())
           refuse(path, "parameter '" + e.name + "' (q4) holds a " + bad);
-        expand_q4(packed_bytes, scale.data(), e.shape[0], e.shape[1], dst);
+        quant::expand_q4(packed_bytes, scale.data(), e.shape[0], e.shape[1], dst);
         if (q4_out) {
-          Q4Matrix& m = (*q4_out)[e.offset];
+          quant::Q4Matrix& m = (*q4_out)[e.offset];
           m.K = e.shape[0];
           m.N = e.shape[1];
-          m.packed.assign(packed_bytes, packed_bytes + e.shape[0] * q4_row_bytes(e.shape[1]));
+          m.packed.assign(packed_bytes, packed_bytes + e.shape[0] * quant::q4_row_bytes(e.shape[1]));
           m.scale = std::move(scale);
         }
       } else {
         const int8_t* q = reinterpret_cast<const int8_t*>(data + t.begin);
-        expand_q8(q, scale.data(), e.shape[0], e.shape[1], dst);
+        quant::expand_q8(q, scale.data(), e.shape[0], e.shape[1], dst);
         if (q8_out) {
-          Q8Matrix& m = (*q8_out)[e.offset];
+          quant::Q8Matrix& m = (*q8_out)[e.offset];
           m.K = e.shape[0];
           m.N = e.shape[1];
           m.q.assign(q, q + e.count);
@@ -281,8 +282,8 @@ std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& 
     }
     q.emplace_back(static_cast<size_t>(e.count));
     scales.emplace_back(static_cast<size_t>(e.shape[1]));
-    pack_q8(parameters.data() + e.offset, e.shape[0], e.shape[1], q.back().data(), scales.back().data());
-    expand_q8(q.back().data(), scales.back().data(), e.shape[0], e.shape[1], expanded.data() + e.offset);
+    quant::pack_q8(parameters.data() + e.offset, e.shape[0], e.shape[1], q.back().data(), scales.back().data());
+    quant::expand_q8(q.back().data(), scales.back().data(), e.shape[0], e.shape[1], expanded.data() + e.offset);
     scale_names.push_back(e.name + kQ8ScaleSuffix);
     tensors.push_back({e.name, DType::i8, e.shape, q.back().data()});
     tensors.push_back({scale_names.back(), DType::f32, {e.shape[1]}, scales.back().data()});
@@ -309,13 +310,13 @@ std::vector<float> write_weights_q4(const std::string& path, const ModelConfig& 
       continue;
     }
     const int64_t K = e.shape[0], N = e.shape[1];
-    q.emplace_back(static_cast<size_t>(K * q4_row_bytes(N)));
-    scales.emplace_back(static_cast<size_t>(q4_groups(K) * N));
-    pack_q4(parameters.data() + e.offset, K, N, q.back().data(), scales.back().data());
-    expand_q4(q.back().data(), scales.back().data(), K, N, expanded.data() + e.offset);
+    q.emplace_back(static_cast<size_t>(K * quant::q4_row_bytes(N)));
+    scales.emplace_back(static_cast<size_t>(quant::q4_groups(K) * N));
+    quant::pack_q4(parameters.data() + e.offset, K, N, q.back().data(), scales.back().data());
+    quant::expand_q4(q.back().data(), scales.back().data(), K, N, expanded.data() + e.offset);
     scale_names.push_back(e.name + kQ8ScaleSuffix);
-    tensors.push_back({e.name, DType::u8, {K, q4_row_bytes(N)}, q.back().data()});
-    tensors.push_back({scale_names.back(), DType::f32, {q4_groups(K), N}, scales.back().data()});
+    tensors.push_back({e.name, DType::u8, {K, quant::q4_row_bytes(N)}, q.back().data()});
+    tensors.push_back({scale_names.back(), DType::f32, {quant::q4_groups(K), N}, scales.back().data()});
   }
   write_safetensors(path, tensors, {{"format", "lockstep"}, {"matrix_layout", "in_out"}, {"weights", kQ4Format}});
   return expanded;

@@ -6,11 +6,18 @@
 #include <vector>
 
 #include "format/model_json.hpp"
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "lockstep/config.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep::format {
+
+// The packed weight formats (model.json's weights.format, the file's `weights` metadata; the
+// codecs are quant/q8.hpp and quant/q4.hpp) and the name of a packed matrix's scale tensor beside
+// it (`<name>.scale`).
+inline constexpr const char* kQ8Format = "q8";
+inline constexpr const char* kQ4Format = "q4";
+inline constexpr const char* kQ8ScaleSuffix = ".scale";
 
 class MappedFile;
 
@@ -24,10 +31,10 @@ class MappedFile;
 // before the SHA-256 check.
 //
 // `weight_format` "q8": every matrix parameter is I8 with an F32 `<name>.scale` [columns] beside
-// it, expanded exactly (format/q8.hpp); vectors stay F32. With `q8_out`, the int8 values and
+// it, expanded exactly (quant/q8.hpp); vectors stay F32. With `q8_out`, the int8 values and
 // scales of every matrix read are kept there too (by registry offset). `weight_format` "q4":
 // every matrix [K, N] is U8 [K, (N + 1) / 2] (two 4-bit values a byte) with an F32
-// `<name>.scale` [ceil(K / 32), N] (format/q4.hpp), kept in `q4_out` when given.
+// `<name>.scale` [ceil(K / 32), N] (quant/q4.hpp), kept in `q4_out` when given.
 //
 // `give_back_packed` (with q8_out or q4_out): the expanded values of every matrix kept there but
 // `embed` are checked and hashed, then their whole pages given back (release_float_pages), so
@@ -37,8 +44,8 @@ std::vector<float> read_weights(const std::string& path, const ModelConfig& conf
                                 const std::string& expected_sha256,
                                 std::span<const LoadedTensor> loaded = {},
                                 const std::string& weight_format = "float32",
-                                Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr,
-                                bool give_back_packed = false);
+                                quant::Q8Matrices* q8_out = nullptr,
+                                quant::Q4Matrices* q4_out = nullptr, bool give_back_packed = false);
 
 // read_weights on a file already in memory (`path` names it in refusals): the checks, in order,
 // are the file's structure (parse_safetensors), every tensor's name, dtype and shape against the
@@ -50,7 +57,8 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
                                       const ModelConfig& config, const std::string& expected_sha256,
                                       std::span<const LoadedTensor> loaded = {},
                                       const std::string& weight_format = "float32",
-                                      Q8Matrices* q8_out = nullptr, Q4Matrices* q4_out = nullptr,
+                                      quant::Q8Matrices* q8_out = nullptr,
+                                      quant::Q4Matrices* q4_out = nullptr,
                                       const MappedFile* mapped = nullptr, bool give_back_packed = false);
 
 // Writes the flat parameters as a safetensors file of one F32 tensor per registry entry, in
@@ -59,11 +67,11 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
 void write_weights(const std::string& path, const ModelConfig& config,
                    std::span<const float> parameters, std::span<const std::string> omit = {});
 
-// Writes the parameters packed as q8 (format/q8.hpp) and returns the expanded f32 parameters
+// Writes the parameters packed as q8 (quant/q8.hpp) and returns the expanded f32 parameters
 // they now stand for (whose SHA-256 model.json records).
 std::vector<float> write_weights_q8(const std::string& path, const ModelConfig& config,
                                     std::span<const float> parameters);
-// The same for q4 (format/q4.hpp).
+// The same for q4 (quant/q4.hpp).
 std::vector<float> write_weights_q4(const std::string& path, const ModelConfig& config,
                                     std::span<const float> parameters);
 

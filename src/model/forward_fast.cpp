@@ -16,10 +16,10 @@
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "core/thread_pool.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "model/kv_pool_impl.hpp"
 #include "model/matmul_items.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 
 namespace lockstep {
 namespace {
@@ -246,7 +246,7 @@ KvCache KvCache::copy(int32_t positions) const {
 void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threads, bool exact) {
   if (rows.empty()) return;
   const ModelConfig& c = m.config;
-  const simd::PackedWeights& pw = *m.packed;
+  const PackedWeights& pw = *m.packed;
   const Kernels& k = *pw.kernels;
   const bool bf16 = m.precision == Precision::bf16;
   const int64_t d = c.d_model, hd = c.head_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
@@ -329,7 +329,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   const int64_t token_items = (R + tc - 1) / tc, out_items = (R_out + tc_out - 1) / tc_out;
     MatmulItems qkv_items, wo_items, gate_up_items, down_items;  // every layer's are alike
   if (!pw.layers.empty()) {
-    const simd::PackedWeights::Layer& pl0 = pw.layers[0];
+    const PackedWeights::Layer& pl0 = pw.layers[0];
     qkv_items = matmul_items(R, pl0.qkv, k, n_threads);
     wo_items = matmul_items(R, pl0.wo, k, n_threads);
     gate_up_items = matmul_items(R, pl0.gate_up, k, n_threads);
@@ -353,7 +353,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
 
   auto layer_step = [&](int32_t l, int step, int64_t item, int slot) {
     const ParameterRegistry::Layer& lw = m.registry.layer(l);
-    const simd::PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
+    const PackedWeights::Layer& pl = pw.layers[static_cast<size_t>(l)];
     const int64_t t0 = item * tc, t1 = std::min(R, t0 + tc);
     switch (step) {
       case kNorm:  // x = embed[ids] (layer 0) or x + the previous layer's MLP output; xn = rmsnorm(x)

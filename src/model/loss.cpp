@@ -3,7 +3,7 @@
 #include <bit>
 
 #include "kernels/ref/ops.hpp"
-#include "kernels/simd/dispatch.hpp"
+#include "model/packed_weights.hpp"
 
 namespace lockstep {
 
@@ -19,7 +19,7 @@ std::vector<float> cross_entropy_rows(const Model::Impl& m, std::span<const floa
         out[static_cast<size_t>(r)] = ref::cross_entropy(logits.data() + r * V, V, targets[static_cast<size_t>(r)]);
     return out;
   }
-  const simd::Kernels& k = simd::kernels_for(m.packed.get());
+  const simd::Kernels& k = kernels_for(m.packed.get());
   m.thread_pool().run(m.threads_for(call), [&](int w, int n) {
     const auto [begin, end] = static_range(R, w, n);
     for (int64_t r = begin; r < end; ++r)

@@ -13,9 +13,9 @@
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/dispatch.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "lockstep/format.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 
 namespace lockstep {
 
@@ -59,7 +59,7 @@ void check_threads(int threads, bool zero_ok) {
 
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  format::Q8Matrices* q8, format::Q4Matrices* q4, const std::string* read_sha256)
+                  quant::Q8Matrices* q8, quant::Q4Matrices* q4, const std::string* read_sha256)
     : config(c), registry(c), parameters(std::move(params)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
@@ -89,7 +89,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   // Each matrix packed gives back the whole pages of its f32 copy at once, before the next is
   // read: loading holds one copy of the weights, not two. bf16 panels hold the values rounded, so
   // their low halves are kept first (Released::low).
-  auto release = [&](const simd::PackedMatrix& b, simd::PackedParts parts) {
+  auto release = [&](const simd::PackedMatrix& b, PackedParts parts) {
     // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
     if (read_sha256 && !b.q8 && !b.q4)
       throw Error(ErrorKind::internal, "a matrix given back at read was packed from its f32 values");
@@ -114,7 +114,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
     }
   };
   const bool bf16 = precision == Precision::bf16;
-  packed = simd::pack_weights(config, registry, parameters.data(), &choose_kernels(options.simd_target), bf16,
+  packed = pack_weights(config, registry, parameters.data(), &choose_kernels(options.simd_target), bf16,
                               bf16 ? nullptr : q8, bf16 ? nullptr : q4, release);
 }
 
@@ -221,8 +221,8 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   }
   // A frozen :load parameter is read from the file the run read (relative: from the current
   // directory), refused with LS-LOAD-001 when that file has changed.
-  format::Q8Matrices q8;
-  format::Q4Matrices q4;
+  quant::Q8Matrices q8;
+  quant::Q4Matrices q4;
   ModelOptions model_options = options;
   if (!model_options.precision) model_options.precision = d.precision;
   // A q8/q4 file computed in f32 with no :load parameters has every matrix packed from its

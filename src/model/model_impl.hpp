@@ -8,17 +8,15 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
 namespace lockstep {
 
-namespace simd {
 struct PackedWeights;
-}
 
 // Scratch memory for the fast path's calls, kept between calls so that a call's buffers are not
 // fresh pages each time (the page faults otherwise cost a sixth of a prefill's matmul time).
@@ -78,7 +76,7 @@ struct Model::Impl {
   int threads = 0;  // 0: the pool's size
   std::vector<float> rope_cos, rope_sin;  // [length, head_dim / 2]
   float attention_scale = 1.0f;
-  std::shared_ptr<const simd::PackedWeights> packed;  // the fast path's layout of the weights
+  std::shared_ptr<const PackedWeights> packed;  // the fast path's layout of the weights
 
   mutable std::mutex pool_mutex;
   mutable std::shared_ptr<ThreadPool> pool;
@@ -91,7 +89,7 @@ struct Model::Impl {
   // `read_sha256`: `params` come from read_weights(give_back_packed), checked and hashed to it
   // there, the pages of their q8/q4 matrices already given back.
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-       format::Q8Matrices* q8 = nullptr, format::Q4Matrices* q4 = nullptr,
+       quant::Q8Matrices* q8 = nullptr, quant::Q4Matrices* q4 = nullptr,
        const std::string* read_sha256 = nullptr);
 
   const float* matmul_weights() const {

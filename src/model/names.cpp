@@ -1,9 +1,8 @@
-// The names the public API parses and prints: the arithmetic profile, devices, precisions.
+// The names of the devices, which the public API parses and prints (those of the arithmetic
+// profile and the precisions, which model.json records, are format/config.cpp's).
 #include "lockstep/model.hpp"
 
 namespace lockstep {
-
-const char* profile_name() noexcept { return "lockstep-f32-1"; }
 
 Device parse_device(std::string_view name) {
   if (name == "cpu") return Device::cpu;
@@ -18,17 +17,6 @@ Device parse_device(std::string_view name) {
 
 const char* device_name(Device device) noexcept {
   return device == Device::reference ? "reference" : "cpu";
-}
-
-Precision parse_precision(std::string_view name) {
-  if (name == "f32") return Precision::f32;
-  if (name == "bf16") return Precision::bf16;
-  throw Error(ErrorKind::invalid_argument,
-              "unknown precision '" + std::string(name) + "'; expected f32 or bf16");
-}
-
-const char* precision_name(Precision precision) noexcept {
-  return precision == Precision::bf16 ? "bf16" : "f32";
 }
 
 }  // namespace lockstep

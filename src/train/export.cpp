@@ -6,7 +6,6 @@
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
 #include "format/model_json.hpp"
-#include "format/q8.hpp"
 #include "format/weights.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"

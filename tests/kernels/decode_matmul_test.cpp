@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -33,15 +33,15 @@ Stored store(const simd::Kernels& k, int storage, int64_t K, int64_t N, uint64_t
   if (storage == 2) {
     std::vector<int8_t> q(w.size());
     std::vector<float> scale(static_cast<size_t>(N));
-    format::pack_q8(w.data(), K, N, q.data(), scale.data());
-    format::expand_q8(q.data(), scale.data(), K, N, out.weights.data());
+    quant::pack_q8(w.data(), K, N, q.data(), scale.data());
+    quant::expand_q8(q.data(), scale.data(), K, N, out.weights.data());
     const simd::Q8Part part{q.data(), scale.data(), N};
     out.packed = simd::pack_q8_concat(k, &part, 1, K);
   } else if (storage == 3) {
-    std::vector<uint8_t> packed(static_cast<size_t>(K * format::q4_row_bytes(N)));
-    std::vector<float> scale(static_cast<size_t>(format::q4_groups(K) * N));
-    format::pack_q4(w.data(), K, N, packed.data(), scale.data());
-    format::expand_q4(packed.data(), scale.data(), K, N, out.weights.data());
+    std::vector<uint8_t> packed(static_cast<size_t>(K * quant::q4_row_bytes(N)));
+    std::vector<float> scale(static_cast<size_t>(quant::q4_groups(K) * N));
+    quant::pack_q4(w.data(), K, N, packed.data(), scale.data());
+    quant::expand_q4(packed.data(), scale.data(), K, N, out.weights.data());
     const simd::Q4Part part{packed.data(), scale.data(), N};
     out.packed = simd::pack_q4_concat(k, &part, 1, K);
   } else {

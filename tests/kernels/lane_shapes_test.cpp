@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -53,15 +53,15 @@ void check(const Kernels& k, Storage storage, int M, int K, int N, uint64_t seed
   if (storage == Storage::q8) {
     q8.resize(w.size());
     scale.resize(static_cast<size_t>(N));
-    format::pack_q8(w.data(), K, N, q8.data(), scale.data());
-    format::expand_q8(q8.data(), scale.data(), K, N, w.data());
+    quant::pack_q8(w.data(), K, N, q8.data(), scale.data());
+    quant::expand_q8(q8.data(), scale.data(), K, N, w.data());
     const simd::Q8Part part{q8.data(), scale.data(), N};
     packed = simd::pack_q8_concat(k, &part, 1, K);
   } else if (storage == Storage::q4) {
-    q4.resize(static_cast<size_t>(K * format::q4_row_bytes(N)));
-    scale.resize(static_cast<size_t>(format::q4_groups(K) * N));
-    format::pack_q4(w.data(), K, N, q4.data(), scale.data());
-    format::expand_q4(q4.data(), scale.data(), K, N, w.data());
+    q4.resize(static_cast<size_t>(K * quant::q4_row_bytes(N)));
+    scale.resize(static_cast<size_t>(quant::q4_groups(K) * N));
+    quant::pack_q4(w.data(), K, N, q4.data(), scale.data());
+    quant::expand_q4(q4.data(), scale.data(), K, N, w.data());
     const simd::Q4Part part{q4.data(), scale.data(), N};
     packed = simd::pack_q4_concat(k, &part, 1, K);
   } else {

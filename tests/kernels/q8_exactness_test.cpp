@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -39,8 +39,8 @@ Q8 random_q8(int K, int N, uint64_t seed) {
   out.q.resize(w.size());
   out.scale.resize(static_cast<size_t>(N));
   out.expanded.resize(w.size());
-  format::pack_q8(w.data(), K, N, out.q.data(), out.scale.data());
-  format::expand_q8(out.q.data(), out.scale.data(), K, N, out.expanded.data());
+  quant::pack_q8(w.data(), K, N, out.q.data(), out.scale.data());
+  quant::expand_q8(out.q.data(), out.scale.data(), K, N, out.expanded.data());
   return out;
 }
 
@@ -113,11 +113,11 @@ Q4 random_q4(int K, int N, uint64_t seed) {
   if (N > 2)
     for (int k = 0; k < K; ++k) w[static_cast<size_t>(k) * N + 1] = 0.0f;
   Q4 out;
-  out.packed.resize(static_cast<size_t>(K * format::q4_row_bytes(N)));
-  out.scale.resize(static_cast<size_t>(format::q4_groups(K) * N));
+  out.packed.resize(static_cast<size_t>(K * quant::q4_row_bytes(N)));
+  out.scale.resize(static_cast<size_t>(quant::q4_groups(K) * N));
   out.expanded.resize(w.size());
-  format::pack_q4(w.data(), K, N, out.packed.data(), out.scale.data());
-  format::expand_q4(out.packed.data(), out.scale.data(), K, N, out.expanded.data());
+  quant::pack_q4(w.data(), K, N, out.packed.data(), out.scale.data());
+  quant::expand_q4(out.packed.data(), out.scale.data(), K, N, out.expanded.data());
   return out;
 }
 

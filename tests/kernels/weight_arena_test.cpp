@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <new>
 
-#include "kernels/simd/packed_weights.hpp"
 #include "lockstep/model.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 
 namespace lockstep {
 namespace {
@@ -53,7 +53,7 @@ TEST(WeightArena, ModelMatricesLieBackToBackInOneBlock) {
     ModelOptions options;
     options.precision = precision;
     const auto model = Model::from_parameters(c, init_parameters(c, 5), options);
-    const simd::PackedWeights& pw = *model->impl().packed;
+    const PackedWeights& pw = *model->impl().packed;
     ASSERT_NE(pw.arena, nullptr);
     const uintptr_t base = address(pw.layers[0].qkv.data.get());
     EXPECT_EQ(base % (size_t{2} << 20), 0u);

@@ -11,13 +11,14 @@
 #include "format/atomic_write.hpp"
 #include "format/model_json.hpp"
 #include "format/weights.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "lockstep/call.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/prefix_cache.hpp"
 #include "lockstep/session.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
+#include "quant/q4.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -78,7 +79,7 @@ TEST_P(Q8Packed, MatricesAreHeldAsInt8) {
   const ModelConfig c = test::tiny_config(24);
   write_q8_model(dir_ + "/m", c, init_parameters(c, 3), packing_);
   const auto model = Model::load(dir_ + "/m");
-  const simd::PackedWeights& pw = *model->impl().packed;
+  const PackedWeights& pw = *model->impl().packed;
   EXPECT_TRUE(held(pw.head));
   for (const auto& l : pw.layers) {
     EXPECT_TRUE(held(l.qkv));
@@ -218,17 +219,17 @@ namespace {
 TEST(Q4Format, RefusesMinusEightAndNonZeroPadding) {
   // [2, 3]: two bytes a row, the second's high nibble padding.
   std::vector<uint8_t> good = {0x71, 0x09, 0xF2, 0x07};  // 1, 7, -7 / 2, -1, 7
-  EXPECT_EQ(format::check_q4(good.data(), 2, 3), "");
+  EXPECT_EQ(quant::check_q4(good.data(), 2, 3), "");
   std::vector<float> w(6);
   const std::vector<float> scale = {1.0f, 2.0f, 0.5f};
-  format::expand_q4(good.data(), scale.data(), 2, 3, w.data());
+  quant::expand_q4(good.data(), scale.data(), 2, 3, w.data());
   EXPECT_EQ(w, (std::vector<float>{1.0f, 14.0f, -3.5f, 2.0f, -2.0f, 3.5f}));
   std::vector<uint8_t> minus8 = good;
   minus8[2] = 0x82;  // row 1, column 1 is -8
-  EXPECT_NE(format::check_q4(minus8.data(), 2, 3).find("value -8"), std::string::npos);
+  EXPECT_NE(quant::check_q4(minus8.data(), 2, 3).find("value -8"), std::string::npos);
   std::vector<uint8_t> padding = good;
   padding[3] = 0x17;
-  EXPECT_NE(format::check_q4(padding.data(), 2, 3).find("padding"), std::string::npos);
+  EXPECT_NE(quant::check_q4(padding.data(), 2, 3).find("padding"), std::string::npos);
 }
 
 TEST(Q4Format, PacksGroupsOf32RowsWithAPartialLastGroup) {
@@ -237,14 +238,14 @@ TEST(Q4Format, PacksGroupsOf32RowsWithAPartialLastGroup) {
   std::vector<float> w(K);
   for (int k = 0; k < K; ++k) w[static_cast<size_t>(k)] = static_cast<float>(k - 16);
   w[32] = 0.25f;
-  std::vector<uint8_t> packed(static_cast<size_t>(K * format::q4_row_bytes(N)));
-  std::vector<float> scale(static_cast<size_t>(format::q4_groups(K) * N));
-  format::pack_q4(w.data(), K, N, packed.data(), scale.data());
+  std::vector<uint8_t> packed(static_cast<size_t>(K * quant::q4_row_bytes(N)));
+  std::vector<float> scale(static_cast<size_t>(quant::q4_groups(K) * N));
+  quant::pack_q4(w.data(), K, N, packed.data(), scale.data());
   EXPECT_EQ(scale[0], 16.0f / 7.0f);
   EXPECT_EQ(scale[1], 0.25f / 7.0f);
-  EXPECT_EQ(format::q4_value(packed.data(), N, 0, 0), -7);
-  EXPECT_EQ(format::q4_value(packed.data(), N, 32, 0), 7);
-  EXPECT_EQ(format::check_q4(packed.data(), K, N), "");
+  EXPECT_EQ(quant::q4_value(packed.data(), N, 0, 0), -7);
+  EXPECT_EQ(quant::q4_value(packed.data(), N, 32, 0), 7);
+  EXPECT_EQ(quant::check_q4(packed.data(), K, N), "");
 }
 
 }  // namespace

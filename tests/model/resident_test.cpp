@@ -21,11 +21,11 @@
 #include "format/atomic_write.hpp"
 #include "format/model_json.hpp"
 #include "format/weights.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/trainer.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -50,7 +50,7 @@ size_t weight_bytes(const ModelConfig& c) { return static_cast<size_t>(Parameter
 
 // Bytes a packed copy adds over the flat matrices: panel padding, and the pages at the edges of
 // each matrix that it shares with its neighbours (never given back).
-size_t packing_slack(const simd::PackedWeights& pw) {
+size_t packing_slack(const PackedWeights& pw) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   size_t slack = 0;
   auto add = [&](const simd::PackedMatrix& m) {

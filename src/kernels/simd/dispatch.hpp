@@ -1,5 +1,6 @@
 // Choosing a SIMD target at run time. The choice lives in the model (its packed weights name the
-// kernels they were packed for); nothing here is global or mutable.
+// kernels they were packed for: model/packed_weights.hpp, kernels_for); nothing here is global or
+// mutable.
 #pragma once
 
 #include <vector>
@@ -8,13 +9,9 @@
 
 namespace lockstep::simd {
 
-struct PackedWeights;
-
 // Every compiled target this CPU can run, best first; the portable std::fma fallback is last.
 std::vector<const Kernels*> supported_kernels();
 // The best of them.
 const Kernels& best_kernels();
-// The kernels a model's weights were packed for.
-const Kernels& kernels_for(const PackedWeights* packed);
 
 }  // namespace lockstep::simd

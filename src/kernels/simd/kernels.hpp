@@ -34,16 +34,16 @@ AlignedFloats aligned_floats(size_t n);
 // halves (`bf16`): the kernel widens each back to the same f32 value exactly (bits << 16), so the
 // chains are unchanged and the weights move at half the bytes (decoding is memory-bound).
 //
-// A q8 model's matrices (format/q8.hpp) may be stored packed (`q8`): int8 values in the same panel
+// A q8 model's matrices (quant/q8.hpp) may be stored packed (`q8`): int8 values in the same panel
 // layout ([K][panel] bytes per panel) and one f32 scale per column (`scales`, [panels * panel],
 // 0 past N). The kernel computes each weight as float(q) * scale, one rounded f32 multiply, which
 // is exactly the expanded model's weight, then the same fma chain: a quarter of the bytes, the
 // same bits.
 //
-// A q4 model's matrices (format/q4.hpp) may be stored packed (`q4`): per panel, rows k taken in
+// A q4 model's matrices (quant/q4.hpp) may be stored packed (`q4`): per panel, rows k taken in
 // pairs, byte (k / 2, j) holding column j's 4-bit value at row k (low nibble, even k) and k + 1
 // (high nibble; 0 past K), [ceil(K / 2)][panel] bytes; scales [panels][groups][panel], one per 32
-// rows (format::kQ4Group) per column. The weight is float(q) * scale[k / 32], then the chain.
+// rows (quant::kQ4Group) per column. The weight is float(q) * scale[k / 32], then the chain.
 struct PackedMatrix {
   int64_t K = 0;
   int64_t N = 0;
@@ -214,7 +214,8 @@ struct MatrixPart {
   const float* w;  // [K, N] row-major
   int64_t N;
 };
-// With `arena`, the panels are taken from it (pack_weights: a model's matrices in one block).
+// With `arena`, the panels are taken from it (a model's matrices in one block: pack_weights,
+// model/packed_weights.hpp).
 class WeightArena;
 PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_parts, int64_t K,
                          bool bf16_storage = false, WeightArena* arena = nullptr);
@@ -229,7 +230,7 @@ struct Q8Part {
 };
 PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_parts, int64_t K,
                             WeightArena* arena = nullptr);
-// The same for q4 matrices (packed [K, ceil(N / 2)] as format/q4.hpp, scale [ceil(K / 32), N]).
+// The same for q4 matrices (packed [K, ceil(N / 2)] as quant/q4.hpp, scale [ceil(K / 32), N]).
 struct Q4Part {
   const uint8_t* packed;
   const float* scale;

@@ -4,37 +4,41 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "kernels/ref/math.hpp"
-#include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
-#include "kernels/simd/packed_weights.hpp"
 #include "kernels/simd/weight_arena.hpp"
+#include "quant/q4.hpp"
 
 namespace lockstep::simd {
 
 namespace {
 
-enum class Storage { f32, bf16, q8, q4 };
-
 // Floats a packed [K, N] matrix's data and scales take in `storage`, as pack_*_concat allocate
 // them: f32 panels, their 16-bit halves, int8 panels and a scale per column, or 4-bit panels
 // (rows in pairs) and a scale per 32 rows per column.
-std::pair<size_t, size_t> packed_floats(int32_t NR, Storage storage, int64_t K, int64_t N) {
+std::pair<size_t, size_t> packed_floats(int32_t NR, PanelStorage storage, int64_t K, int64_t N) {
   const int64_t panels = (N + NR - 1) / NR;
   const auto elements = static_cast<size_t>(panels * K * NR);
   switch (storage) {
-    case Storage::bf16: return {(elements + 1) / 2, 0};
-    case Storage::q8: return {(elements + 3) / 4, static_cast<size_t>(panels * NR)};
-    case Storage::q4:
+    case PanelStorage::bf16: return {(elements + 1) / 2, 0};
+    case PanelStorage::q8: return {(elements + 3) / 4, static_cast<size_t>(panels * NR)};
+    case PanelStorage::q4:
       return {(static_cast<size_t>(panels * ((K + 1) / 2) * NR) + 3) / 4,
-              static_cast<size_t>(panels * format::q4_groups(K) * NR)};
-    case Storage::f32: break;
+              static_cast<size_t>(panels * quant::q4_groups(K) * NR)};
+    case PanelStorage::f32: break;
   }
   return {elements, 0};
 }
 
 }  // namespace
+
+size_t arena_bytes(const Kernels& kernels, PanelStorage storage, int64_t K, int64_t N) {
+  const auto [data, scales] = packed_floats(kernels.panel_width, storage, K, N);
+  return WeightArena::bytes_for(data) + WeightArena::bytes_for(scales);
+}
 
 AlignedFloats aligned_floats(size_t n) {
   constexpr size_t kHuge = size_t{2} << 20;
@@ -55,7 +59,8 @@ PackedMatrix pack_concat(const Kernels& kernels, const MatrixPart* parts, int n_
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
   out.bf16 = bf16_storage;
-  const size_t floats = packed_floats(out.panel, bf16_storage ? Storage::bf16 : Storage::f32, K, out.N).first;
+  const PanelStorage storage = bf16_storage ? PanelStorage::bf16 : PanelStorage::f32;
+  const size_t floats = packed_floats(out.panel, storage, K, out.N).first;
   out.data = floats_from(arena, floats);
   std::fill_n(out.data.get(), floats, 0.0f);
   uint16_t* const half = reinterpret_cast<uint16_t*>(out.data.get());
@@ -85,7 +90,7 @@ PackedMatrix pack_q8_concat(const Kernels& kernels, const Q8Part* parts, int n_p
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
   out.q8 = true;
-  const auto [floats, columns] = packed_floats(out.panel, Storage::q8, K, out.N);
+  const auto [floats, columns] = packed_floats(out.panel, PanelStorage::q8, K, out.N);
   out.data = floats_from(arena, floats);
   std::fill_n(out.data.get(), floats, 0.0f);
   out.scales = floats_from(arena, columns);
@@ -115,9 +120,9 @@ PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_p
   out.panel = kernels.panel_width;
   out.panels = (out.N + out.panel - 1) / out.panel;
   out.q4 = true;
-  out.groups = format::q4_groups(K);
+  out.groups = quant::q4_groups(K);
   const int64_t NR = out.panel, pairs = (K + 1) / 2;
-  const auto [floats, scale_count] = packed_floats(out.panel, Storage::q4, K, out.N);
+  const auto [floats, scale_count] = packed_floats(out.panel, PanelStorage::q4, K, out.N);
   out.data = floats_from(arena, floats);
   std::fill_n(out.data.get(), floats, 0.0f);
   out.scales = floats_from(arena, scale_count);
@@ -131,7 +136,7 @@ PackedMatrix pack_q4_concat(const Kernels& kernels, const Q4Part* parts, int n_p
       for (int64_t g = 0; g < out.groups; ++g)
         out.scales[static_cast<size_t>((p * out.groups + g) * NR + lane)] = parts[i].scale[g * N + j];
       for (int64_t k = 0; k < K; ++k) {
-        const uint8_t nibble = static_cast<uint8_t>(format::q4_value(parts[i].packed, N, k, j) & 0xF);
+        const uint8_t nibble = static_cast<uint8_t>(quant::q4_value(parts[i].packed, N, k, j) & 0xF);
         bytes[static_cast<size_t>(p * pairs * NR + (k / 2) * NR + lane)] |=
             static_cast<uint8_t>(k % 2 == 0 ? nibble : nibble << 4);
       }
@@ -246,105 +251,6 @@ PackedMatrix pack_matrix(const Kernels& kernels, const float* w, int64_t K, int6
   for (int64_t k = 0; k < K; ++k) std::copy_n(w + k * ldw, N, dense.data() + k * N);
   const MatrixPart part{dense.data(), N};
   return pack_concat(kernels, &part, 1, K, bf16_storage);
-}
-
-namespace {
-
-// How the concatenation of the matrices at registry offsets `offsets` (widths N, sharing K) is
-// stored: as 4-bit or int8 panels when every part has that form (and the storage is not bf16),
-// else from the floats.
-struct FusedPlan {
-  int64_t K = 0, N = 0;
-  Storage storage = Storage::f32;
-  std::vector<MatrixPart> parts;
-  std::vector<Q8Part> q8_parts;
-  std::vector<Q4Part> q4_parts;
-};
-
-FusedPlan plan_fused(const float* w, const format::Q8Matrices* q8, const format::Q4Matrices* q4, bool bf16,
-                     std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
-  FusedPlan plan;
-  plan.K = K;
-  for (const auto& [offset, N] : offsets) {
-    plan.N += N;
-    plan.parts.push_back({w + offset, N});
-    if (q4 && !bf16) {
-      const auto it = q4->find(offset);
-      if (it != q4->end() && it->second.K == K && it->second.N == N)
-        plan.q4_parts.push_back({it->second.packed.data(), it->second.scale.data(), N});
-    }
-    if (!q8 || bf16) continue;
-    const auto it = q8->find(offset);
-    if (it != q8->end() && it->second.K == K && it->second.N == N)
-      plan.q8_parts.push_back({it->second.q.data(), it->second.scale.data(), N});
-  }
-  plan.storage = plan.q4_parts.size() == plan.parts.size()   ? Storage::q4
-                 : plan.q8_parts.size() == plan.parts.size() ? Storage::q8
-                 : bf16                                      ? Storage::bf16
-                                                             : Storage::f32;
-  return plan;
-}
-
-// Bytes the plan's matrix takes from an arena: its data, then its scales (none: 0 bytes).
-size_t arena_bytes(const Kernels& k, const FusedPlan& plan) {
-  const auto [data, scales] = packed_floats(k.panel_width, plan.storage, plan.K, plan.N);
-  return WeightArena::bytes_for(data) + WeightArena::bytes_for(scales);
-}
-
-PackedMatrix pack_planned(const Kernels& k, const FusedPlan& plan, WeightArena* arena) {
-  const int n = static_cast<int>(plan.parts.size());
-  switch (plan.storage) {
-    case Storage::q4: return pack_q4_concat(k, plan.q4_parts.data(), n, plan.K, arena);
-    case Storage::q8: return pack_q8_concat(k, plan.q8_parts.data(), n, plan.K, arena);
-    case Storage::bf16:
-    case Storage::f32: break;
-  }
-  return pack_concat(k, plan.parts.data(), n, plan.K, plan.storage == Storage::bf16, arena);
-}
-
-}  // namespace
-
-std::shared_ptr<const PackedWeights> pack_weights(const ModelConfig& c, const ParameterRegistry& reg,
-                                                  const float* w, const Kernels* kernels, bool bf16,
-                                                  const format::Q8Matrices* q8, const format::Q4Matrices* q4,
-                                                  const std::function<void(const PackedMatrix&, PackedParts)>& packed) {
-  auto out = std::make_shared<PackedWeights>();
-  out->kernels = kernels ? kernels : &best_kernels();
-  const Kernels& k = *out->kernels;
-  const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff;
-  // Every matrix is planned first, so that the arena is sized exactly (its huge pages then hold
-  // nothing but weights), then packed in order.
-  struct Planned {
-    PackedMatrix* into;
-    std::vector<std::pair<int64_t, int64_t>> parts;  // {registry offset, columns}
-    FusedPlan plan;
-  };
-  std::vector<Planned> plans;
-  auto plan = [&](PackedMatrix& into, std::initializer_list<std::pair<int64_t, int64_t>> parts, int64_t K) {
-    plans.push_back({&into, parts, plan_fused(w, q8, q4, bf16, parts, K)});
-  };
-  out->layers.resize(static_cast<size_t>(c.n_layers));
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    const ParameterRegistry::Layer& L = reg.layer(l);
-    PackedWeights::Layer& layer = out->layers[static_cast<size_t>(l)];
-    plan(layer.qkv, {{L.wq, q}, {L.wk, kv}, {L.wv, kv}}, d);
-    plan(layer.wo, {{L.wo, d}}, q);
-    plan(layer.gate_up, {{L.w_gate, ff}, {L.w_up, ff}}, d);
-    plan(layer.w_down, {{L.w_down, d}}, ff);
-  }
-  plan(out->head, {{reg.head(), c.vocab_size}}, d);
-  size_t bytes = 0;
-  for (const Planned& p : plans) bytes += arena_bytes(k, p.plan);
-  out->arena = std::make_unique<WeightArena>(bytes);
-  for (const Planned& p : plans) {
-    *p.into = pack_planned(k, p.plan, out->arena.get());
-    if (packed) packed(*p.into, PackedParts(p.parts));
-  }
-  return out;
-}
-
-const Kernels& kernels_for(const PackedWeights* packed) {
-  return packed && packed->kernels ? *packed->kernels : best_kernels();
 }
 
 }  // namespace lockstep::simd

@@ -41,4 +41,13 @@ class WeightArena {
 // From `arena` when given, else aligned_floats(n).
 AlignedFloats floats_from(WeightArena* arena, size_t n);
 
+// How a packed matrix holds its values: f32 panels, their bf16 halves, int8 or 4-bit panels with
+// their scales (PackedMatrix's bf16, q8 and q4).
+enum class PanelStorage { f32, bf16, q8, q4 };
+// Bytes a packed [K, N] matrix held as `storage` takes from an arena (its panels, then its
+// scales; none: 0 bytes), as pack_concat, pack_q8_concat and pack_q4_concat take them: so that
+// a caller can size one arena for many matrices before packing them (pack_weights, which knows
+// the model's matrices) without knowing the panel layout.
+size_t arena_bytes(const Kernels& kernels, PanelStorage storage, int64_t K, int64_t N);
+
 }  // namespace lockstep::simd

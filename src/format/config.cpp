@@ -180,4 +180,19 @@ std::vector<float> init_parameters(const ModelConfig& config, uint64_t seed) {
   return flat;
 }
 
+// The names model.json records: the arithmetic profile and the precisions.
+
+const char* profile_name() noexcept { return "lockstep-f32-1"; }
+
+Precision parse_precision(std::string_view name) {
+  if (name == "f32") return Precision::f32;
+  if (name == "bf16") return Precision::bf16;
+  throw Error(ErrorKind::invalid_argument,
+              "unknown precision '" + std::string(name) + "'; expected f32 or bf16");
+}
+
+const char* precision_name(Precision precision) noexcept {
+  return precision == Precision::bf16 ? "bf16" : "f32";
+}
+
 }  // namespace lockstep

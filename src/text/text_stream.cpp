@@ -1,6 +1,6 @@
 // TextStream (include/lockstep/tokenizer.hpp): a generation's text through its tokenizer, as it
 // settles. Apart from the Tokenizer so that a build without SentencePiece (the Arm cross build's
-// format/no_tokenizer/tokenizer.cpp) has it too.
+// text/no_tokenizer/tokenizer.cpp) has it too.
 #include <algorithm>
 #include <string>
 #include <string_view>

@@ -1,11 +1,11 @@
-#include "format/q4.hpp"
+#include "quant/q4.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/host_math.hpp"
 
-namespace lockstep::format {
+namespace lockstep::quant {
 
 void pack_q4(const float* w, int64_t K, int64_t N, uint8_t* packed, float* scale) {
   const int64_t G = q4_groups(K), row = q4_row_bytes(N);
@@ -50,4 +50,4 @@ std::string check_q4(const uint8_t* packed, int64_t K, int64_t N) {
   return "";
 }
 
-}  // namespace lockstep::format
+}  // namespace lockstep::quant

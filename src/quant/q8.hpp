@@ -1,17 +1,15 @@
 // Packed int8 weights ("q8"): each matrix [K, N] (in_out) is stored as int8 values with one f32
 // scale per output column. Loading expands every weight exactly to the f32 value the packing
 // defines, w = float(q) * scale[n] (one rounded multiply), so every path computes from the same
-// f32 weights. Vectors (norm weights) stay f32. docs/FORMAT.md, "Packed weights".
+// f32 weights. Vectors (norm weights) stay f32. docs/FORMAT.md, "Packed weights". The codec alone:
+// the weights file that holds its values, and the names it gives them, are format/weights.hpp's.
 #pragma once
 
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
-namespace lockstep::format {
-
-inline constexpr const char* kQ8Format = "q8";
-inline constexpr const char* kQ8ScaleSuffix = ".scale";
+namespace lockstep::quant {
 
 // scale[n] = max_k |w[k, n]| / 127 (f32, 0 for an all-zero column);
 // q[k, n] = round-half-even(w[k, n] / scale[n]) clamped to [-127, 127] (0 where scale is 0).
@@ -29,4 +27,4 @@ struct Q8Matrix {
 // compute from the packed bytes rather than the expanded floats.
 using Q8Matrices = std::unordered_map<int64_t, Q8Matrix>;
 
-}  // namespace lockstep::format
+}  // namespace lockstep::quant

@@ -2,7 +2,7 @@
 // [-7, 7], two to a byte, with one f32 scale per group of 32 inputs (rows k) per output column;
 // the last group of a column is partial when K is not a multiple of 32. Loading expands every
 // weight exactly to w = float(q) * scale[k / 32, n] (one rounded multiply). docs/FORMAT.md,
-// "Packed weights (q4)".
+// "Packed weights (q4)". The codec alone, as quant/q8.hpp.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-namespace lockstep::format {
+namespace lockstep::quant {
 
-inline constexpr const char* kQ4Format = "q4";
 inline constexpr int64_t kQ4Group = 32;  // inputs (rows k) per scale
 
 inline int64_t q4_groups(int64_t K) { return (K + kQ4Group - 1) / kQ4Group; }
@@ -43,4 +42,4 @@ struct Q4Matrix {
 };
 using Q4Matrices = std::unordered_map<int64_t, Q4Matrix>;  // by registry offset
 
-}  // namespace lockstep::format
+}  // namespace lockstep::quant

@@ -1,5 +1,5 @@
 // The `tokenizer` entry of a model's model.json, read the same way by the SentencePiece build
-// (format/tokenizer.cpp) and the build without it (format/no_tokenizer/tokenizer.cpp).
+// (text/tokenizer.cpp) and the build without it (text/no_tokenizer/tokenizer.cpp).
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace lockstep::format {
+namespace lockstep::text {
 
 struct TokenizerEntry {
   std::string model_dir;  // the model directory `model_path` resolves to
@@ -19,4 +19,4 @@ struct TokenizerEntry {
 // Throws Error naming model.json when it is not valid JSON.
 TokenizerEntry read_tokenizer_entry(std::string_view model_path);
 
-}  // namespace lockstep::format
+}  // namespace lockstep::text

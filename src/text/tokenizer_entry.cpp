@@ -1,11 +1,11 @@
-#include "format/tokenizer_entry.hpp"
+#include "text/tokenizer_entry.hpp"
 
 #include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 
-namespace lockstep::format {
+namespace lockstep::text {
 
 TokenizerEntry read_tokenizer_entry(std::string_view model_path) {
   TokenizerEntry t;
@@ -13,8 +13,8 @@ TokenizerEntry read_tokenizer_entry(std::string_view model_path) {
   t.json_path = t.model_dir + "/model.json";
   nlohmann::json& j = t.model_json;
   try {
-    const std::string text = read_text_file(t.json_path, size_t{16} << 20);
-    check_json_depth(text, t.json_path);
+    const std::string text = format::read_text_file(t.json_path, size_t{16} << 20);
+    format::check_json_depth(text, t.json_path);
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::format, t.json_path + ": not valid JSON: " + e.what());
@@ -23,4 +23,4 @@ TokenizerEntry read_tokenizer_entry(std::string_view model_path) {
   return t;
 }
 
-}  // namespace lockstep::format
+}  // namespace lockstep::text

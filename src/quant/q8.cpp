@@ -1,10 +1,10 @@
-#include "format/q8.hpp"
+#include "quant/q8.hpp"
 
 #include <cmath>
 
 #include "core/host_math.hpp"
 
-namespace lockstep::format {
+namespace lockstep::quant {
 
 void pack_q8(const float* w, int64_t K, int64_t N, int8_t* q, float* scale) {
   for (int64_t n = 0; n < N; ++n) {
@@ -30,4 +30,4 @@ void expand_q8(const int8_t* q, const float* scale, int64_t K, int64_t N, float*
     for (int64_t n = 0; n < N; ++n) w[k * N + n] = static_cast<float>(q[k * N + n]) * scale[n];
 }
 
-}  // namespace lockstep::format
+}  // namespace lockstep::quant

@@ -1,13 +1,13 @@
 // Tokenizer in a build without SentencePiece (LOCKSTEP_TOKENIZER=OFF; the aarch64 cross build,
 // where Debian's libsentencepiece-dev cannot be installed beside the host's). It lives outside
-// the format/*.cpp glob and replaces format/tokenizer.cpp. Models without a tokenizer (byte
+// the text/*.cpp glob and replaces text/tokenizer.cpp. Models without a tokenizer (byte
 // vocabularies) work as in a full build; one whose model.json names a tokenizer is refused,
 // naming the file and the reason, never loaded without its tokenizer.
 #include "lockstep/tokenizer.hpp"
 
-#include "format/tokenizer_entry.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
+#include "text/tokenizer_entry.hpp"
 
 namespace lockstep {
 
@@ -27,7 +27,7 @@ Tokenizer::~Tokenizer() = default;
 std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) { no_tokenizer(path); }
 
 std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
-  const format::TokenizerEntry named = format::read_tokenizer_entry(model_path);
+  const text::TokenizerEntry named = text::read_tokenizer_entry(model_path);
   if (named.entry.is_null()) return nullptr;
   no_tokenizer(named.json_path + " names a tokenizer");
 }

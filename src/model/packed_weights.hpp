@@ -1,4 +1,6 @@
-// A model's matrices in the fast path's layout, packed once at load.
+// A model's matrices in the fast path's layout, packed once at load: which matrices a model has
+// and how they are fused is the model's to say; the panel layouts and the arena they lie in are
+// the kernels' (kernels/simd/kernels.hpp, kernels/simd/weight_arena.hpp).
 #pragma once
 
 #include <functional>
@@ -7,27 +9,27 @@
 #include <utility>
 #include <vector>
 
-#include "format/q4.hpp"
-#include "format/q8.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/weight_arena.hpp"
 #include "lockstep/config.hpp"
+#include "quant/q4.hpp"
+#include "quant/q8.hpp"
 
-namespace lockstep::simd {
+namespace lockstep {
 
 struct PackedWeights {
-  const Kernels* kernels = nullptr;
+  const simd::Kernels* kernels = nullptr;
   // Holds every matrix's panels (and q8/q4 scales), back to back on huge pages where the system
   // gives them; declared first, so that it outlives the matrices that point into it.
-  std::unique_ptr<WeightArena> arena;
+  std::unique_ptr<simd::WeightArena> arena;
   struct Layer {
-    PackedMatrix qkv;      // [d_model, q_dim + 2 kv_dim] = [wq | wk | wv]
-    PackedMatrix wo;       // [q_dim, d_model]
-    PackedMatrix gate_up;  // [d_model, 2 d_ff] = [w_gate | w_up]
-    PackedMatrix w_down;   // [d_ff, d_model]
+    simd::PackedMatrix qkv;      // [d_model, q_dim + 2 kv_dim] = [wq | wk | wv]
+    simd::PackedMatrix wo;       // [q_dim, d_model]
+    simd::PackedMatrix gate_up;  // [d_model, 2 d_ff] = [w_gate | w_up]
+    simd::PackedMatrix w_down;   // [d_ff, d_model]
   };
   std::vector<Layer> layers;
-  PackedMatrix head;  // [d_model, vocab]
+  simd::PackedMatrix head;  // [d_model, vocab]
 };
 
 // Packs the matrices of `weights` (flat, registry order) for `kernels` (the best supported
@@ -43,8 +45,11 @@ struct PackedWeights {
 using PackedParts = std::span<const std::pair<int64_t, int64_t>>;
 std::shared_ptr<const PackedWeights> pack_weights(
     const ModelConfig& config, const ParameterRegistry& registry, const float* weights,
-    const Kernels* kernels = nullptr, bool bf16_storage = false, const format::Q8Matrices* q8 = nullptr,
-    const format::Q4Matrices* q4 = nullptr,
-    const std::function<void(const PackedMatrix&, PackedParts)>& packed = nullptr);
+    const simd::Kernels* kernels = nullptr, bool bf16_storage = false,
+    const quant::Q8Matrices* q8 = nullptr, const quant::Q4Matrices* q4 = nullptr,
+    const std::function<void(const simd::PackedMatrix&, PackedParts)>& packed = nullptr);
 
-}  // namespace lockstep::simd
+// The kernels a model's weights were packed for (the best supported target when null).
+const simd::Kernels& kernels_for(const PackedWeights* packed);
+
+}  // namespace lockstep

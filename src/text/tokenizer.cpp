@@ -10,9 +10,9 @@
 
 #include "core/sha256.hpp"
 #include "format/mapped_file.hpp"
-#include "format/tokenizer_entry.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
+#include "text/tokenizer_entry.hpp"
 
 namespace lockstep {
 
@@ -35,7 +35,7 @@ std::unique_ptr<Tokenizer> Tokenizer::sentencepiece(const std::string& path) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::for_model(std::string_view model_path) {
-  const format::TokenizerEntry named = format::read_tokenizer_entry(model_path);
+  const text::TokenizerEntry named = text::read_tokenizer_entry(model_path);
   if (named.entry.is_null()) return nullptr;
   const std::string& dir = named.model_dir;
   const std::string& json_path = named.json_path;
