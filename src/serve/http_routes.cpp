@@ -38,7 +38,15 @@ constexpr Route kRoutes[] = {{"/", http::verb::get},
 // GET /v1/models/{id} (the OpenAI clients' models.retrieve) is routed as /v1/models.
 constexpr std::string_view kModelsPrefix = "/v1/models/";
 
+const char* methods_of(const Route& route) { return route.method == http::verb::get ? "GET, HEAD" : "POST"; }
+
 }  // namespace
+
+std::string allowed_methods(const std::string& endpoint) {
+  for (const Route& r : kRoutes)
+    if (endpoint == r.path) return methods_of(r);
+  return "GET, HEAD";  // not reached: a 405 is answered only on a route's path
+}
 
 void HttpSession::route() {
   std::string path(request_.target());

@@ -3,6 +3,8 @@
 // Routing is http_routes.cpp; each endpoint family has its own file.
 #include "serve/http_session.hpp"
 
+#include <algorithm>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
@@ -45,10 +47,49 @@ void HttpSession::read_request() {
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t) { self->on_header(ec); });
 }
 
+namespace {
+
+// Why a request's body length is ambiguous, or "" when it is not (RFC 9112 section 6.3). A
+// Transfer-Encoding whose last coding is not chunked has no length at all: Beast takes such a
+// request as bodyless, so its body would be read as the next request (request smuggling).
+// Transfer-Encoding beside Content-Length is the classic disagreement between a proxy and a
+// server; Beast refuses it in one order only. Either is answered 400 and the connection closed.
+std::string ambiguous_framing(const http::fields& header) {
+  std::string last;  // the last coding, of every Transfer-Encoding line joined (empty elements skipped)
+  bool any = false;
+  const auto [first, end_of_lines] = header.equal_range(http::field::transfer_encoding);
+  for (auto field = first; field != end_of_lines; ++field) {
+    any = true;
+    const beast::string_view value = field->value();
+    size_t begin = 0;
+    while (begin <= value.size()) {
+      const size_t end = std::min(value.find(',', begin), value.size());
+      beast::string_view element = value.substr(begin, end - begin);
+      while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
+      while (!element.empty() && (element.back() == ' ' || element.back() == '\t')) element.remove_suffix(1);
+      if (!element.empty()) last = std::string(element);
+      begin = end + 1;
+    }
+  }
+  if (!any) return {};
+  if (header.find(http::field::content_length) != header.end())
+    return "the request has both Transfer-Encoding and Content-Length; send one (RFC 9112 section 6.3)";
+  if (!beast::iequals(last, "chunked"))
+    return "the request's Transfer-Encoding does not end with chunked, so its body's length is unknown "
+           "(RFC 9112 section 6.3); send Content-Length or Transfer-Encoding: chunked";
+  return {};
+}
+
+}  // namespace
+
 void HttpSession::on_header(const boost::system::error_code& ec) {
   // Errors (a body past --max-body is known from Content-Length already) are answered as a whole
   // request's are, without reading the body.
   if (ec || closed_) return on_request(ec);
+  if (const std::string problem = ambiguous_framing(parser_->get()); !problem.empty()) {
+    begin_answer();  // keep_alive_ false: the connection closes after the 400
+    return respond_error(400, problem);
+  }
   const auto read_body = [self = shared_from_this()] {
     http::async_read(self->socket_, self->buffer_, *self->parser_,
                      [self](const boost::system::error_code& e, size_t) { self->on_request(e); });
@@ -67,18 +108,27 @@ void HttpSession::on_header(const boost::system::error_code& ec) {
                     });
 }
 
-void HttpSession::on_request(const boost::system::error_code& ec) {
+void HttpSession::begin_answer() {
   ++timer_generation_;
-  if (closed_) return;
   in_request_ = true;
   endpoint_ = "other";
   keep_alive_ = false;
   request_ = {};
+}
+
+void HttpSession::on_request(const boost::system::error_code& ec) {
+  if (closed_) return;
+  begin_answer();
   if (ec == http::error::body_limit) {
     return respond_error(413, "the request body is larger than the server's limit of " +
                                   std::to_string(context_.max_body) + " bytes (--max-body)");
   }
   if (ec == http::error::header_limit) return respond_error(431, "the request's headers are too large");
+  // Only a chunked body's trailer fields can fill the buffer (the parser takes the body as it
+  // comes, and the head is bounded above): refused at once rather than waited on.
+  if (ec == http::error::buffer_overflow)
+    return respond_error(431, "the request's chunked trailer fields are larger than " +
+                                  std::to_string(kMaxBufferedBytes) + " bytes");
   if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
       ec == asio::error::connection_reset || ec == asio::error::bad_descriptor) {
     in_request_ = false;
@@ -120,11 +170,7 @@ std::string HttpSession::cors_headers() const {
 void HttpSession::respond_error(int status, const std::string& message, const std::string& param,
                                 const std::string& type, const std::string& code) {
   std::vector<std::pair<std::string, std::string>> headers;
-  if (status == 405) {
-    for (const char* p : {"/", "/health", "/metrics", "/v1/models"})
-      if (endpoint_ == p) headers.emplace_back("Allow", "GET, HEAD");
-    if (headers.empty()) headers.emplace_back("Allow", "POST");
-  }
+  if (status == 405) headers.emplace_back("Allow", allowed_methods(endpoint_));
   if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
   respond(status, "application/json", error_json(message, type, param, code), headers);

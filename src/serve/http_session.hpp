@@ -63,6 +63,12 @@ struct HttpContext {
 // 256 KiB is a few hundred events with the most logprobs.
 inline constexpr int32_t kMaxTokensAhead = 32;
 inline constexpr size_t kMaxQueuedBytes = size_t{256} << 10;
+// The most request bytes a connection holds unparsed: a request head (16 KiB at most), or a
+// chunked body's trailer fields, which the parser needs whole. Bodies are parsed as they come.
+inline constexpr size_t kMaxBufferedBytes = size_t{32} << 10;
+
+// The methods an endpoint (a path of the route table) answers, as a 405's Allow header says them.
+std::string allowed_methods(const std::string& endpoint);
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
@@ -96,6 +102,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The header first, so that a client waiting on `Expect: 100-continue` is told to send its body.
   void on_header(const boost::system::error_code& ec);
   void on_request(const boost::system::error_code& ec);
+  // A request's answer begins: the read timeout stops, and nothing of the last request is kept.
+  void begin_answer();
   void route();
   void answer_health();
   void answer_metrics();
@@ -152,7 +160,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   uint64_t timer_generation_ = 0;
   const HttpContext& context_;
   Closed on_closed_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kMaxBufferedBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   std::string endpoint_;  // for the metrics
