@@ -4,6 +4,7 @@
 #include "serve/http_session.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/write.hpp>
@@ -14,11 +15,20 @@
 
 namespace lockstep::serve {
 
-HttpSession::HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed)
-    : socket_(std::move(socket)), timer_(socket_.get_executor()), context_(context), on_closed_(std::move(on_closed)) {}
+HttpSession::HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed, bool limited)
+    : socket_(std::move(socket)), timer_(socket_.get_executor()), context_(context), on_closed_(std::move(on_closed)),
+      limited_(limited) {
+  if (context_.access_log) client_ = peer_text(socket_.native_handle());
+}
 
 void HttpSession::start() {
   asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+}
+
+void HttpSession::evict() {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->idle() && !self->closed_) self->close();
+  });
 }
 
 void HttpSession::stop() {
@@ -43,6 +53,18 @@ void HttpSession::read_request() {
   parser_->body_limit(context_.max_body);
   parser_->header_limit(16 * 1024);
   arm(context_.read_timeout);
+  if (buffer_.size() > 0) return read_head();  // a pipelined request is here already
+  // Idle until the next request's first byte: the connection limit may close it meanwhile.
+  last_active_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  idle_.store(true, std::memory_order_relaxed);
+  socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+    self->idle_.store(false, std::memory_order_relaxed);
+    if (ec) return self->close();  // closed (evicted, timed out, stopped) or failed
+    self->read_head();
+  });
+}
+
+void HttpSession::read_head() {
   http::async_read_header(socket_, buffer_, *parser_,
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t) { self->on_header(ec); });
 }
@@ -85,6 +107,14 @@ std::string ambiguous_framing(const http::fields& header) {
 void HttpSession::on_header(const boost::system::error_code& ec) {
   // Errors (a body past --max-body is known from Content-Length already) are answered as a whole
   // request's are, without reading the body.
+  if (context_.access_log) {
+    log_time_ = std::chrono::system_clock::now();
+    log_start_ = std::chrono::steady_clock::now();
+    const bool head = !ec && parser_->is_header_done();
+    log_method_ = head ? std::string(parser_->get().method_string()) : "-";
+    log_path_ = head ? std::string(parser_->get().target()) : "-";
+    if (const size_t q = log_path_.find('?'); q != std::string::npos) log_path_.resize(q);
+  }
   if (ec || closed_) return on_request(ec);
   if (const std::string problem = ambiguous_framing(parser_->get()); !problem.empty()) {
     begin_answer();  // keep_alive_ false: the connection closes after the 400
@@ -178,6 +208,9 @@ void HttpSession::respond_error(int status, const std::string& message, const st
 
 void HttpSession::send(std::string bytes, bool close_after) {
   if (closed_) return;
+  // Every response begins with its status line ("HTTP/1.1 200 OK"), whichever file wrote it.
+  if (log_status_ == 0 && bytes.size() >= 12 && bytes.rfind("HTTP/1.1 ", 0) == 0)
+    log_status_ = std::atoi(bytes.substr(9, 3).c_str());
   if (close_after) close_after_writes_ = true;
   queued_bytes_ += bytes.size();
   if (!bytes.empty()) writes_.push_back(std::move(bytes));
@@ -191,6 +224,7 @@ void HttpSession::write_next() {
     ++timer_generation_;
     if (!response_done_) return;  // a stream waiting for tokens
     response_done_ = false;
+    log_request();
     in_request_ = false;
     if (close_after_writes_) return close();
     return read_request();
@@ -200,6 +234,7 @@ void HttpSession::write_next() {
   asio::async_write(socket_, asio::buffer(writes_.front()),
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                       if (ec) return self->close();
+                      self->log_bytes_ += self->writes_.front().size();
                       self->queued_bytes_ -= self->writes_.front().size();
                       self->writes_.pop_front();
                       self->give_back_tokens();
@@ -210,6 +245,7 @@ void HttpSession::write_next() {
 void HttpSession::close() noexcept {
   if (closed_) return;
   closed_ = true;
+  log_request();  // a response cut off (the client left, a write timed out) is logged as far as it went
   cancel_generation();
   ++timer_generation_;
   boost::system::error_code ec;
@@ -220,6 +256,14 @@ void HttpSession::close() noexcept {
     if (on_closed_) on_closed_(this);
   } catch (...) {
   }
+}
+
+void HttpSession::log_request() noexcept {
+  if (!context_.access_log || log_status_ == 0) return;
+  context_.access_log->write({log_time_, client_, log_method_, log_path_, log_status_, log_bytes_,
+                              std::chrono::steady_clock::now() - log_start_, context_.replica});
+  log_status_ = 0;
+  log_bytes_ = 0;
 }
 
 void HttpSession::give_back_tokens() {

@@ -37,14 +37,14 @@ def statuses(data):
     return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", data)]
 
 
-NEXT = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+NEXT = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
 @pytest.mark.parametrize("codings", [b"gzip", b"xchunked", b"identity", b"chunked, gzip", b"deflate",
                                      b"chunked;q=1", b"gzip, identity"])
 def test_a_transfer_encoding_not_ending_in_chunked_is_400_and_closes(shared_server, codings):
     # Today's parser takes such a request as bodyless, so its "body" was served as the next request.
-    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + codings + b"\r\n\r\n" + NEXT
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: " + codings + b"\r\n\r\n" + NEXT
     data, closed = exchange(shared_server.port, request)
     assert statuses(data) == [400], data
     assert closed and b"Connection: close" in data
@@ -58,16 +58,16 @@ def test_a_transfer_encoding_not_ending_in_chunked_is_400_and_closes(shared_serv
     b"Content-Length: 5\r\nTransfer-Encoding: gzip\r\n",
 ])
 def test_content_length_with_transfer_encoding_is_400_and_closes(shared_server, headers):
-    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n0\r\n\r\n" + NEXT
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n0\r\n\r\n" + NEXT
     data, closed = exchange(shared_server.port, request)
     assert statuses(data) == [400], data
     assert closed and b"Connection: close" in data
 
 
 @pytest.mark.parametrize("head", [
-    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
-    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5, 6\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
 ])
 def test_unparseable_framing_is_400_and_closes(shared_server, head):
     data, closed = exchange(shared_server.port, head + NEXT)
@@ -78,8 +78,8 @@ def test_unparseable_framing_is_400_and_closes(shared_server, head):
 def test_chunked_requests_still_work_and_keep_the_connection(shared_server):
     body = json.dumps({"prompt": "a", "max_tokens": 2, "seed": 1}).encode()
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
-    data, _ = exchange(shared_server.port, request + request + b"GET /health HTTP/1.1\r\nHost: x\r\n"
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+    data, _ = exchange(shared_server.port, request + request + b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                        b"Connection: close\r\n\r\n")
     assert statuses(data) == [200, 200, 200], data
 
@@ -88,7 +88,7 @@ def test_chunked_requests_still_work_and_keep_the_connection(shared_server):
 def test_an_oversized_chunked_trailer_is_answered_at_once(shared_server, size):
     # It waited for the read timeout (30 s) unanswered; now 431 at once, and the connection closes.
     trailer = b"X-Pad: " + b"a" * size + b"\r\n"
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
                b"2\r\n{}\r\n0\r\n" + trailer + b"\r\n")
     start = time.monotonic()
     data, closed = exchange(shared_server.port, request, timeout=10)
@@ -98,7 +98,7 @@ def test_an_oversized_chunked_trailer_is_answered_at_once(shared_server, size):
 
 def test_a_small_trailer_is_fine(shared_server):
     body = json.dumps({"prompt": "a", "max_tokens": 1, "seed": 1}).encode()
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
                b"%x\r\n%s\r\n0\r\nX-Pad: abc\r\n\r\n" % (len(body), body))
     data, closed = exchange(shared_server.port, request)
     assert statuses(data) == [200], data
