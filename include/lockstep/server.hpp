@@ -24,8 +24,9 @@ namespace lockstep {
 inline constexpr int protocol_version = 1;
 
 inline constexpr int max_server_batch = 1024;
-// Connections open at once, by default and at most; one beyond the limit gets a handshake with
-// an "error" field and is closed.
+// Connections open at once, by default and at most (frame protocol and HTTP, each). At the limit
+// the least recently active idle connection is closed to make room; only when none is idle is a
+// new one refused (a frame connection's handshake has an "error" field; HTTP answers 503).
 inline constexpr int max_server_connections = 1024;
 
 // The HTTP API's limits (docs/HTTP.md).
@@ -41,8 +42,13 @@ struct HttpOptions {
   std::string api_key;                      // "": none; else /v1/* needs "Bearer KEY" (401)
   std::string model_name;                   // "": the model directory's name
   // Browser origins (scheme://host[:port]) whose pages may call the API (CORS); "*": any.
-  // Empty: none, and no CORS header is sent.
+  // Empty: none, and no CORS header is sent. A browser's request from any other origin is 403.
   std::vector<std::string> cors_origins;
+  // Host names a request's Host may give besides loopback ones and the bound addresses ("*":
+  // any), for names that reach the server through DNS or a proxy; any other Host is 403
+  // (a DNS-rebinding page sends its own name).
+  std::vector<std::string> allowed_hosts;
+  std::string access_log;  // a file to append a line to per request (docs/HTTP.md); "": none
 };
 
 struct ServerOptions {
@@ -68,7 +74,8 @@ struct ServerOptions {
   // The prefix cache's budget (include/lockstep/prefix_cache.hpp); 0: no cache. The cache works
   // on the cpu device; on the reference device every call computes from position 0.
   size_t cache_bytes = size_t{256} << 20;
-  // Connections open at once, 1..max_server_connections.
+  // Connections open at once, 1..max_server_connections: frame connections (the socket and the
+  // TCP listeners together) and HTTP connections, each.
   int max_connections = max_server_connections;
   // A connection that has sent part of a frame and then nothing for this long is closed; the
   // clock restarts whenever bytes arrive. 0: never.
@@ -76,6 +83,11 @@ struct ServerOptions {
   // A connection with no call in flight and no partial frame is closed after this long. 0: never.
   std::chrono::milliseconds idle_close{0};
 };
+
+// Throws Error (naming --name) unless `name` is fit to be a replica's name: 1 to 128 printable
+// ASCII characters other than space, '"' and '\\'. It goes into HTTP headers, where a line end
+// would add headers of the caller's choosing to every response.
+void check_replica_name(const std::string& name);
 
 struct ServerStats {
   uint64_t calls = 0;  // call frames answered, errors included

@@ -7,55 +7,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/serve_flags.hpp"
 #include "lockstep/server.hpp"
 
 namespace lockstep::cli {
 namespace {
-
-// "0600", "600", "0o600" -> 0600.
-unsigned parse_socket_mode(const std::string& text) {
-  std::string digits = text;
-  if (digits.rfind("0o", 0) == 0 || digits.rfind("0O", 0) == 0) digits = digits.substr(2);
-  bool ok = !digits.empty() && digits.size() <= 4;
-  unsigned mode = 0;
-  for (char ch : digits) {
-    ok = ok && ch >= '0' && ch <= '7';
-    mode = mode * 8 + static_cast<unsigned>(ch - '0');
-  }
-  if (!ok || mode > 0777)
-    throw Error(ErrorKind::invalid_argument,
-                "--socket-mode must be octal permission bits in 0..0777, such as 0600 or 0660; got '" +
-                    text + "'");
-  return mode;
-}
-
-// Seconds (decimals allowed) in [0, 1e6] -> milliseconds, rounded up so that 0.0001 is not 0.
-std::chrono::milliseconds idle_seconds(const char* flag, double seconds) {
-  if (!(seconds >= 0 && seconds <= 1e6))
-    throw Error(ErrorKind::invalid_argument,
-                std::string(flag) + " must be seconds in [0, 1000000] (0: never), got " + std::to_string(seconds));
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
-}
-
-// The API key: the file's first line, without its line end; an empty one is refused.
-std::string read_api_key(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) throw Error(ErrorKind::io, "--api-key-file '" + path + "': " + std::strerror(errno));
-  std::string key;
-  int ch;
-  while ((ch = std::fgetc(file)) != EOF && ch != '\n' && key.size() < 4096) key.push_back(static_cast<char>(ch));
-  std::fclose(file);
-  if (!key.empty() && key.back() == '\r') key.pop_back();
-  if (key.empty()) throw Error(ErrorKind::invalid_argument, "--api-key-file '" + path + "' holds no key on its first line");
-  return key;
-}
 
 const char* signal_name(int signo) {
   switch (signo) {
@@ -115,17 +76,6 @@ class SignalWatcher {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-// "*", or an origin as browsers send it: scheme, host and maybe a port, no path.
-void check_cors_origin(const std::string& origin) {
-  if (origin == "*") return;
-  const size_t scheme = origin.find("://");
-  const std::string rest = scheme == std::string::npos ? std::string() : origin.substr(scheme + 3);
-  const bool scheme_ok = origin.rfind("http://", 0) == 0 || origin.rfind("https://", 0) == 0;
-  if (!scheme_ok || rest.empty() || rest.find_first_of("/?# \t\r\n") != std::string::npos)
-    throw Error(ErrorKind::invalid_argument, "--cors-origin must be * or an origin such as http://localhost:3000 "
-                                             "(scheme, host and port, no path), got '" + origin + "'");
-}
-
 }  // namespace
 
 Run add_serve(CLI::App& app) {
@@ -171,14 +121,29 @@ Run add_serve(CLI::App& app) {
                   "finish_reason \"abort\"")
       ->capture_default_str();
   cmd->add_option("--api-key-file", f->api_key_file,
-                  "a file holding the key HTTP clients must send as 'Authorization: Bearer KEY' on /v1/*");
+                  "a file whose first line is the key HTTP clients must send as 'Authorization: Bearer KEY' on /v1/* "
+                  "and the tokenizer endpoints; only its owner may read it (chmod 600)");
   cmd->add_option("--model-name", f->server.http_options.model_name, "the model's name in the HTTP API");
   cmd->add_option("--cors-origin", f->server.http_options.cors_origins,
                   "a browser ORIGIN (http[s]://host[:port]) whose pages may call the HTTP API, or * for any; "
                   "repeatable (default: none)")
       ->allow_extra_args(false);
+  cmd->add_option("--allowed-host", f->server.http_options.allowed_hosts,
+                  "a host NAME (or address) HTTP requests may give in their Host header besides localhost, "
+                  "127.x.x.x, [::1] and the --http address, such as the name a proxy or DNS serves this under; "
+                  "* for any (a proxy that rewrites Host); repeatable. Other Hosts get 403: a DNS-rebinding page "
+                  "sends its own name")
+      ->allow_extra_args(false);
+  cmd->add_option("--access-log", f->server.http_options.access_log,
+                  "append a line per HTTP request to FILE: time, client, method, path, status, bytes, seconds, "
+                  "replica (never a body)");
+  cmd->add_option("--max-connections", f->server.max_connections,
+                  "most connections open at once, frame protocol and HTTP each; at the limit the least recently "
+                  "active idle one is closed to make room, and only when none is idle is a new one refused")
+      ->capture_default_str();
   cmd->add_option("--name", f->server.replica,
-                  "this replica's name: in /health, /metrics, the X-Lockstep-Replica header and the handshake "
+                  "this replica's name: in /health, /metrics, the X-Lockstep-Replica header and the handshake; "
+                  "1-128 printable ASCII characters, no space, quote or backslash "
                   "(default: the host name and the first bound port)");
   cmd->add_option("--batch", f->server.batch, "most calls run together on the device")->capture_default_str();
   cmd->add_option("--output", f->server.outputs, "only this output, repeatable, in the order given")
@@ -201,6 +166,11 @@ Run add_serve(CLI::App& app) {
       throw Error(ErrorKind::invalid_argument, "--batch must be in [1, " + std::to_string(max_server_batch) +
                                                    "], got " + std::to_string(options.batch));
     options.socket_mode = parse_socket_mode(f->socket_mode);
+    if (!options.replica.empty()) check_replica_name(options.replica);
+    if (options.max_connections < 1 || options.max_connections > max_server_connections)
+      throw Error(ErrorKind::invalid_argument, "--max-connections must be in [1, " +
+                                                   std::to_string(max_server_connections) + "], got " +
+                                                   std::to_string(options.max_connections));
     if (f->cache_mb < 0 || f->cache_mb > (int64_t{1} << 20))
       throw Error(ErrorKind::invalid_argument, "--cache-mb must be in [0, 1048576], got " + std::to_string(f->cache_mb));
     options.cache_bytes = f->no_cache ? 0 : static_cast<size_t>(f->cache_mb) << 20;
@@ -218,6 +188,7 @@ Run add_serve(CLI::App& app) {
     for (const std::string& origin : options.http_options.cors_origins) check_cors_origin(origin);
     LoadOptions load = f->model.load_options();
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
+    raise_file_limit(options);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist
     ::signal(SIGPIPE, SIG_IGN);  // a vanished client or stdout reader is an error return, not a kill
     // The HTTP ports open first and answer 503 while the model loads (a load balancer sees the

@@ -77,6 +77,15 @@ void Connection::stop() {
   asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->on_stop(); });
 }
 
+void Connection::evict() {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->phase_ != Phase::reading || !self->idle() || self->stopping_) return;
+    self->cancelled_ = Cancel::idle;
+    error_code ec;
+    self->socket_.cancel(ec);  // on_read then closes gracefully
+  });
+}
+
 void Connection::on_stop() {
   if (stopping_ || phase_ == Phase::closed) return;
   stopping_ = true;
@@ -118,6 +127,10 @@ void Connection::read_calls() {
   begin_ = end_ = 0;  // the parser took every byte
   phase_ = Phase::reading;
   cancelled_ = Cancel::none;
+  if (!parser_.partial()) {
+    last_active_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    idle_.store(true, std::memory_order_relaxed);
+  }
   // The timer restarts with every read, so a slow client that keeps sending is never cut off.
   const std::chrono::milliseconds limit = parser_.partial() ? context_.idle_timeout : context_.idle_close;
   if (limit.count() > 0) arm(limit);
@@ -127,6 +140,7 @@ void Connection::read_calls() {
 }
 
 void Connection::on_read(const error_code& ec, size_t n) {
+  idle_.store(false, std::memory_order_relaxed);
   disarm();
   if (phase_ == Phase::closed) return;
   if (ec) {

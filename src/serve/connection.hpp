@@ -62,6 +62,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // reading) is abandoned. Any thread, any number of times.
   void stop();
 
+  // For the connection limit (connection_slots.hpp). Any thread. Idle: waiting between calls
+  // with no byte of the next one received; last_active: when it last became so (steady clock
+  // ticks). evict() closes it gracefully, as --idle-close would, if it is still idle then.
+  bool idle() const { return idle_.load(std::memory_order_relaxed); }
+  int64_t last_active() const { return last_active_.load(std::memory_order_relaxed); }
+  void evict();
+
  private:
   enum class Phase { writing, reading, running, draining, closed };
   enum class Cancel { none, stop, idle };  // why the pending read was cancelled
@@ -98,6 +105,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Cancel cancelled_ = Cancel::none;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point drain_until_;
+  std::atomic<bool> idle_{false};
+  std::atomic<int64_t> last_active_{0};
 };
 
 // For a connection the server will not serve: sends `frame` (the refusal handshake) if the socket

@@ -1,26 +1,16 @@
-// Which endpoint answers a request: the path and method table, a browser's CORS preflight, the
-// drain, and the API key; then the endpoint family's own file (http_health.cpp, http_models.cpp,
-// http_completions.cpp, the playground).
-#include <openssl/crypto.h>
-
+// Which endpoint answers a request: the path and method table, who may ask (the Host, a
+// browser's Origin, the API key: http_guard.hpp), a browser's CORS preflight, the drain; then the
+// endpoint family's own file (http_health.cpp, http_models.cpp, http_completions.cpp, the
+// playground).
 #include <boost/beast/core/string.hpp>
 
+#include "serve/http_guard.hpp"
 #include "serve/http_session.hpp"
 #include "serve/http_wire.hpp"
 #include "serve/playground.hpp"
 
 namespace lockstep::serve {
 namespace {
-
-// Whether an Authorization value is "Bearer KEY" for `key`: the scheme in any case (RFC 9110
-// section 11.1), the key compared in constant time, so its bytes cannot be guessed from how long
-// a refusal takes.
-bool bearer_matches(beast::string_view value, const std::string& key) {
-  constexpr beast::string_view scheme = "bearer ";
-  if (value.size() != scheme.size() + key.size() || !beast::iequals(value.substr(0, scheme.size()), scheme))
-    return false;
-  return CRYPTO_memcmp(value.data() + scheme.size(), key.data(), key.size()) == 0;
-}
 
 struct Route {
   const char* path;
@@ -38,7 +28,43 @@ constexpr Route kRoutes[] = {{"/", http::verb::get},
 // GET /v1/models/{id} (the OpenAI clients' models.retrieve) is routed as /v1/models.
 constexpr std::string_view kModelsPrefix = "/v1/models/";
 
+const char* methods_of(const Route& route) { return route.method == http::verb::get ? "GET, HEAD" : "POST"; }
+
+std::string_view view(beast::string_view s) { return {s.data(), s.size()}; }
+
 }  // namespace
+
+bool HttpSession::request_from_here() {
+  // Two of either would leave which one counts to each reader of the request (a proxy may check
+  // the first, the server the last).
+  for (const http::field f : {http::field::authorization, http::field::host})
+    if (request_.count(f) > 1) {
+      respond_error(400, "the request has more than one " + std::string(http::to_string(f)) + " header; send one");
+      return false;
+    }
+  const std::string_view host = view(request_[http::field::host]);  // absent: not a browser
+  if (!host.empty() && !host_allowed(host, context_.hosts)) {
+    respond_error(403,
+                  "the Host '" + std::string(host) + "' is not this server's: a name other than localhost needs "
+                  "--allowed-host (a page whose name was rebound to this address sends its own name)",
+                  {}, "invalid_request_error", "forbidden_host");
+    return false;
+  }
+  const RequestSite site{view(request_[http::field::origin]), view(request_["Sec-Fetch-Site"]),
+                         view(request_["Sec-Fetch-Mode"]), host,
+                         request_.method() == http::verb::get || request_.method() == http::verb::head};
+  if (const std::string reason = cross_site_reason(site, context_.cors_origins); !reason.empty()) {
+    respond_error(403, reason, {}, "invalid_request_error", "cross_site_request");
+    return false;
+  }
+  return true;
+}
+
+std::string allowed_methods(const std::string& endpoint) {
+  for (const Route& r : kRoutes)
+    if (endpoint == r.path) return methods_of(r);
+  return "GET, HEAD";  // not reached: a 405 is answered only on a route's path
+}
 
 void HttpSession::route() {
   std::string path(request_.target());
@@ -51,6 +77,12 @@ void HttpSession::route() {
   if (one_model) route = &kRoutes[3];
   if (!route) return respond_error(404, "no such endpoint: " + path, {}, "invalid_request_error", "not_found");
   endpoint_ = route->path;
+  if (!request_from_here()) return;
+  if (limited_) {  // one answer, then the connection closes (http_session.hpp)
+    keep_alive_ = false;
+    if (path != "/health")
+      return respond_error(503, kTooManyConnections, {}, "server_error", "too_many_connections");
+  }
   // A browser's CORS preflight, before any authentication (it carries no credentials).
   if (method == http::verb::options && request_.find(http::field::access_control_request_method) != request_.end() &&
       !cors_headers().empty()) {
@@ -72,7 +104,7 @@ void HttpSession::route() {
                        path == "/tokenizer_info";
   if (!context_.api_key.empty() && guarded) {
     const auto auth = request_.find(http::field::authorization);
-    if (auth == request_.end() || !bearer_matches(auth->value(), context_.api_key))
+    if (auth == request_.end() || !bearer_matches(view(auth->value()), context_.api_key))
       return respond_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'", {},
                            "invalid_request_error", "invalid_api_key");
   }

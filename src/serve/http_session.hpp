@@ -29,9 +29,11 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "lockstep/model.hpp"
+#include "serve/access_log.hpp"
 #include "serve/connection.hpp"
 #include "serve/generation_engine.hpp"
 #include "serve/http_api.hpp"
+#include "serve/http_guard.hpp"
 #include "serve/metrics.hpp"
 #include "serve/utf8_stream.hpp"
 
@@ -55,6 +57,8 @@ struct HttpContext {
   std::atomic<bool>& draining;                      // /health 503, new requests 503
   std::shared_ptr<const Tokenizer> tokenizer;       // the model's; null: bytes (vocabulary 256) or token ids only
   std::vector<std::string> cors_origins;            // --cors-origin (HttpOptions::cors_origins)
+  HostRules hosts;                                  // the Host names taken (--allowed-host, the bound addresses)
+  AccessLog* access_log = nullptr;                  // --access-log; null: none
 };
 
 // Flow control: how many tokens a generation may run ahead of its connection, and how many bytes
@@ -63,14 +67,37 @@ struct HttpContext {
 // 256 KiB is a few hundred events with the most logprobs.
 inline constexpr int32_t kMaxTokensAhead = 32;
 inline constexpr size_t kMaxQueuedBytes = size_t{256} << 10;
+// The most request bytes a connection holds unparsed: a request head (16 KiB at most), or a
+// chunked body's trailer fields, which the parser needs whole. Bodies are parsed as they come.
+inline constexpr size_t kMaxBufferedBytes = size_t{32} << 10;
+
+// The 503 `too_many_connections` message (a connection past --max-connections while every open
+// one is busy).
+inline constexpr char kTooManyConnections[] =
+    "the server has as many HTTP connections open as it allows (--max-connections), each with a request under "
+    "way; try again later";
+
+// The methods an endpoint (a path of the route table) answers, as a 405's Allow header says them.
+std::string allowed_methods(const std::string& endpoint);
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   using Closed = std::function<void(HttpSession*)>;
-  HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed);
+  // `limited`: a connection beyond --max-connections while every open one is busy; it gets one
+  // answer and closes: /health as usual (a balancer's check still sees the replica serve), any
+  // other request 503 `too_many_connections` with Retry-After.
+  HttpSession(StreamSocket socket, const HttpContext& context, Closed on_closed, bool limited = false);
   void start();
   // Closes once the response under way (if any) is written. Any thread.
   void stop();
+
+  // For the connection limit (connection_slots.hpp). Any thread. Idle: waiting for a request
+  // with no byte of it received; last_active: when it last became so (steady clock ticks).
+  // evict() closes it if it is still idle then (a keep-alive client reconnects, as after any
+  // server's idle close).
+  bool idle() const { return idle_.load(std::memory_order_relaxed); }
+  int64_t last_active() const { return last_active_.load(std::memory_order_relaxed); }
+  void evict();
 
  private:
   struct Choice {
@@ -93,10 +120,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   };
 
   void read_request();
+  void read_head();
   // The header first, so that a client waiting on `Expect: 100-continue` is told to send its body.
   void on_header(const boost::system::error_code& ec);
   void on_request(const boost::system::error_code& ec);
+  // A request's answer begins: the read timeout stops, and nothing of the last request is kept.
+  void begin_answer();
   void route();
+  // Refuses (400 or 403, answered) a request with two Authorization or Host headers, a Host that
+  // is not this server's, or a browser's from another site (http_guard.hpp); true when it may go on.
+  bool request_from_here();
   void answer_health();
   void answer_metrics();
   void answer_models();
@@ -136,6 +169,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void send(std::string bytes, bool close_after);
   void write_next();
   void after_response();
+  // The access log's line for the request answered (or cut off), once.
+  void log_request() noexcept;
   void close() noexcept;
   void arm(std::chrono::milliseconds after);
 
@@ -152,12 +187,22 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   uint64_t timer_generation_ = 0;
   const HttpContext& context_;
   Closed on_closed_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kMaxBufferedBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   std::string endpoint_;  // for the metrics
   bool keep_alive_ = false;
   bool in_request_ = false;  // between a request's first byte and its response's end
+  const bool limited_;
+  std::atomic<bool> idle_{false};
+  std::atomic<int64_t> last_active_{0};
+  // The access log's fields of the request under way (--access-log; untouched without it).
+  std::string client_;  // the peer's address and port
+  std::string log_method_, log_path_;
+  std::chrono::system_clock::time_point log_time_;
+  std::chrono::steady_clock::time_point log_start_;
+  int log_status_ = 0;  // of the response begun; 0: none yet (nothing to log)
+  uint64_t log_bytes_ = 0;
   bool stopping_ = false;
   bool closed_ = false;
   // Writes, one at a time.

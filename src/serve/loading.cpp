@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -83,6 +84,29 @@ std::string default_replica_name(const std::vector<std::string>& endpoints, cons
       if (e.rfind(scheme, 0) == 0) return std::string(host) + e.substr(e.rfind(':'));
   return std::string(host) + ":" + socket_path;
 }
+
+}  // namespace serve
+
+void check_replica_name(const std::string& name) {
+  constexpr size_t kMax = 128;
+  const bool ok = !name.empty() && name.size() <= kMax && std::all_of(name.begin(), name.end(), [](char c) {
+    return c > ' ' && c <= '~' && c != '"' && c != '\\';
+  });
+  if (ok) return;
+  std::string shown;  // the name as given, its control bytes escaped so that the error is one line
+  for (const unsigned char c : name.substr(0, 2 * kMax)) {
+    static constexpr char hex[] = "0123456789abcdef";
+    if (c >= ' ' && c <= '~') shown += static_cast<char>(c);
+    else shown += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+  }
+  throw Error(ErrorKind::invalid_argument,
+              "--name must be 1 to " + std::to_string(kMax) +
+                  " printable ASCII characters other than space, '\"' and '\\' (it is sent in every HTTP "
+                  "response's X-Lockstep-Replica header and in every /metrics label); got '" + shown + "' (" +
+                  std::to_string(name.size()) + " bytes)");
+}
+
+namespace serve {
 
 namespace http = boost::beast::http;
 
@@ -231,6 +255,7 @@ HttpLoadingListeners::HttpLoadingListeners(const ServerOptions& options) : impl_
   m.max_body = options.http_options.max_body;
   m.timeout = options.http_options.read_timeout;
   m.cors_origins = options.http_options.cors_origins;
+  if (!options.replica.empty()) check_replica_name(options.replica);
   std::vector<asio::ip::tcp::endpoint> web;
   for (const std::string& a : options.http) web.push_back(serve::parse_endpoint(a, "--http", options.listen_any));
   for (const auto& e : web) {

@@ -24,8 +24,10 @@
 #include <boost/asio/strand.hpp>
 
 #include "lockstep/tokenizer.hpp"
+#include "serve/access_log.hpp"
 #include "serve/batcher.hpp"
 #include "serve/connection.hpp"
+#include "serve/connection_slots.hpp"
 #include "serve/endpoint.hpp"
 #include "serve/generation_engine.hpp"
 #include "serve/http_session.hpp"
@@ -33,6 +35,7 @@
 #include "serve/metrics.hpp"
 #include "serve/listener.hpp"
 #include "serve/protocol.hpp"
+#include "serve/server_options.hpp"
 #include "serve/socket.hpp"
 
 namespace lockstep {
@@ -47,37 +50,6 @@ using serve::parse_endpoint;
 void no_delay(serve::StreamSocket& socket) {
   const int one = 1;
   ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-std::string model_name(const Model& model, const std::string& given) {
-  if (!given.empty()) return given;
-  std::string dir = model.source().directory;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  const size_t slash = dir.rfind('/');
-  const std::string base = slash == std::string::npos ? dir : dir.substr(slash + 1);
-  return base.empty() ? "lockstep" : base;
-}
-
-const ServerOptions& checked(const ServerOptions& o) {
-  if (o.batch < 1 || o.batch > max_server_batch)
-    throw Error(ErrorKind::invalid_argument, "batch must be in [1, " + std::to_string(max_server_batch) +
-                                                 "], got " + std::to_string(o.batch));
-  if (o.socket_mode > 0777)
-    throw Error(ErrorKind::invalid_argument, "socket mode must be in 0..0777");
-  if (o.max_connections < 1 || o.max_connections > max_server_connections)
-    throw Error(ErrorKind::invalid_argument, "max connections must be in [1, " +
-                                                 std::to_string(max_server_connections) + "], got " +
-                                                 std::to_string(o.max_connections));
-  if (o.idle_timeout.count() < 0 || o.idle_close.count() < 0)
-    throw Error(ErrorKind::invalid_argument, "idle timeouts must be 0 (none) or positive");
-  if (o.socket_path.empty() && o.listen.empty() && o.http.empty())
-    throw Error(ErrorKind::invalid_argument, "the server needs somewhere to listen: a Unix socket, a TCP address or an HTTP address");
-  const HttpOptions& h = o.http_options;
-  if (h.max_active < 1 || h.max_active > max_server_batch)
-    throw Error(ErrorKind::invalid_argument, "HTTP batch must be in [1, " + std::to_string(max_server_batch) + "]");
-  if (h.max_queue < 0) throw Error(ErrorKind::invalid_argument, "the HTTP queue limit must be >= 0");
-  if (h.max_body < 1) throw Error(ErrorKind::invalid_argument, "the HTTP body limit must be >= 1 byte");
-  return o;
 }
 
 // The model's tokenizer for the HTTP API's text (null: none, no HTTP, or a model built in
@@ -97,11 +69,11 @@ struct Server::Impl {
   // `loading` (null: none) holds the HTTP addresses' sockets, already bound.
   Impl(std::shared_ptr<const Model> m, ServerOptions o, HttpLoadingListeners::Impl* loading)
       : model(std::move(m)),
-        options(checked(o)),
+        options(serve::checked(o)),
         layout(model->config(), options.outputs, options.at),
         refusal_frame(frame_of_text(serve::refusal_handshake_json(
             "the server has " + std::to_string(options.max_connections) +
-            " connections open, its limit; try again later"))),
+            " connections open, its limit, each with a call under way; try again later"))),
         cache(options.cache_bytes > 0 ? std::make_unique<PrefixCache>(model, PrefixCacheOptions{options.cache_bytes})
                                       : nullptr),
         strand(asio::make_strand(io)),
@@ -110,7 +82,7 @@ struct Server::Impl {
         context{layout, handshake_frame, batcher, calls, options.idle_timeout, options.idle_close},
         engine(options.http_options.max_active, options.http_options.max_queue, options.call, metrics, cache.get()),
         http_context{model,
-                     model_name(*model, options.http_options.model_name),
+                     serve::model_name(*model, options.http_options.model_name),
                      engine,
                      metrics,
                      [this] {
@@ -124,7 +96,9 @@ struct Server::Impl {
                      replica,
                      draining,
                      http_tokenizer(*model, options),
-                     options.http_options.cors_origins},
+                     options.http_options.cors_origins,
+                     {},        // hosts: once the addresses are bound
+                     nullptr},  // access_log: opened then too
         drain_timer(strand) {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));
@@ -181,6 +155,12 @@ struct Server::Impl {
         }));
       }
       replica = options.replica.empty() ? serve::default_replica_name(endpoint_names, options.socket_path) : options.replica;
+      http_busy = serve::busy_response(replica);
+      http_context.hosts = serve::host_rules(options.http_options.allowed_hosts, web);
+      if (!options.http_options.access_log.empty() && !web.empty()) {
+        access_log = std::make_unique<serve::AccessLog>(options.http_options.access_log);
+        http_context.access_log = access_log.get();
+      }
       handshake = serve::handshake_json(*model, layout, replica);
       handshake_frame = frame_of_text(handshake);
       context.handshake_frame = handshake_frame;
@@ -214,6 +194,8 @@ struct Server::Impl {
   std::string handshake;
   std::vector<uint8_t> handshake_frame;
   std::vector<uint8_t> refusal_frame;
+  std::string http_busy;  // the 503 of a connection refused at once (busy_response)
+  std::unique_ptr<serve::AccessLog> access_log;  // --access-log; outlives the sessions below
   std::unique_ptr<PrefixCache> cache;  // before the batcher, which holds a pointer to it
   std::atomic<uint64_t> calls{0};
   // Everything below that holds sockets or posts to the loop is destroyed before the loop.
@@ -237,32 +219,35 @@ struct Server::Impl {
   asio::steady_timer drain_timer;
   std::chrono::steady_clock::time_point drain_until;
   bool drain_aborted = false;
-  std::unordered_map<serve::HttpSession*, std::shared_ptr<serve::HttpSession>> http_sessions;
-  // The open connections, by address; touched on the strand alone.
-  std::unordered_map<serve::Connection*, std::shared_ptr<serve::Connection>> connections;
+  // The open connections, by address (connection_slots.hpp); touched on the strand alone.
+  serve::ConnectionSlots<serve::HttpSession> http_sessions{static_cast<size_t>(options.max_connections)};
+  serve::ConnectionSlots<serve::HttpSession> limited_sessions{serve::kLimitedHttpSessions};
+  serve::ConnectionSlots<serve::Connection> connections{static_cast<size_t>(options.max_connections)};
   bool stopping = false;
   bool served = false;
 };
 
 void Server::Impl::admit(serve::StreamSocket socket) {
   if (stopping) return;  // accepted as the stop began: the socket closes
-  if (connections.size() >= static_cast<size_t>(options.max_connections)) {
-    serve::refuse(socket, refusal_frame);
-    return;
-  }
+  if (!connections.make_room()) return serve::refuse(socket, refusal_frame);  // every one has a call under way
   auto connection = std::make_shared<serve::Connection>(std::move(socket), context, [this](serve::Connection* c) {
-    asio::post(strand, [this, c] { connections.erase(c); });
+    asio::post(strand, [this, c] { connections.remove(c); });
   });
-  connections.emplace(connection.get(), connection);
+  connections.add(connection);
   connection->start();
 }
 
 void Server::Impl::admit_http(serve::StreamSocket socket) {
-  if (http_sessions.size() >= static_cast<size_t>(options.max_connections)) return;  // closes
-  auto session = std::make_shared<serve::HttpSession>(std::move(socket), http_context, [this](serve::HttpSession* s) {
-    asio::post(strand, [this, s] { http_sessions.erase(s); });
-  });
-  http_sessions.emplace(session.get(), session);
+  const bool room = http_sessions.make_room();
+  if (!room && !limited_sessions.make_room()) {
+    const std::span<const uint8_t> busy(reinterpret_cast<const uint8_t*>(http_busy.data()), http_busy.size());
+    return serve::refuse(socket, busy);
+  }
+  auto& slots = room ? http_sessions : limited_sessions;
+  auto session = std::make_shared<serve::HttpSession>(
+      std::move(socket), http_context,
+      [this, &slots](serve::HttpSession* s) { asio::post(strand, [&slots, s] { slots.remove(s); }); }, !room);
+  slots.add(session);
   session->start();
 }
 
@@ -279,7 +264,7 @@ void Server::Impl::begin_stop() {
   if (listener) listener->close();
   for (auto& l : tcp_listeners) l->close();
   if (socket_file) socket_file->close_and_remove();
-  for (auto& [address, connection] : connections) connection->stop();
+  connections.for_each([](serve::Connection& c) { c.stop(); });
   boost::system::error_code ec;
   wake_reader.cancel(ec);
   drain_until = std::chrono::steady_clock::now() + options.http_options.drain;
@@ -299,7 +284,7 @@ void Server::Impl::drain_step() {
     return;
   }
   for (auto& l : http_listeners) l->close();
-  for (auto& [address, session] : http_sessions) session->stop();
+  for (auto* slots : {&http_sessions, &limited_sessions}) slots->for_each([](serve::HttpSession& s) { s.stop(); });
 }
 
 Server::Server(std::shared_ptr<const Model> model, ServerOptions options) {

@@ -90,40 +90,69 @@ std::unique_ptr<RawClient> connect_when_served(const std::string& sock, std::chr
   return nullptr;
 }
 
-// The connections beyond the limit: an error handshake, then a clean end; a place freed is taken.
-void check_the_limit(InProcessServer& server, int limit) {
+// Idle connections at the limit deny nobody: each newcomer is served, and the least recently
+// active idle connection makes way for it (a clean end of stream, as --idle-close gives).
+void check_idle_ones_make_room(InProcessServer& server, int limit) {
   std::vector<std::unique_ptr<RawClient>> idle;
   for (int i = 0; i < limit; ++i) {
     idle.push_back(std::make_unique<RawClient>(server.sock()));
     ASSERT_FALSE(idle.back()->handshake().contains("error")) << "connection " << i;
   }
+  const std::string input = server.input();
+  EXPECT_EQ(idle[0]->call(input), server.expected(input));  // now the most recently active
+  std::vector<std::unique_ptr<RawClient>> newcomers;
+  for (int extra = 0; extra < 3; ++extra) {
+    newcomers.push_back(std::make_unique<RawClient>(server.sock()));
+    EXPECT_FALSE(newcomers.back()->handshake().contains("error")) << newcomers.back()->handshake();
+    EXPECT_EQ(newcomers.back()->call(input), server.expected(input));
+    EXPECT_TRUE(ends_cleanly_within(*idle[1 + extra], 10'000ms)) << "the oldest idle connection stayed";
+  }
+  EXPECT_EQ(idle[0]->call(input), server.expected(input));  // the active one and the younger ones stay
+  EXPECT_EQ(idle.back()->call(input), server.expected(input));
+}
+
+// Connections that each have a call under way (half a frame here) are never closed for a
+// newcomer: it gets the error handshake and a clean end, until one of them leaves.
+void check_busy_ones_refuse(InProcessServer& server, int limit) {
+  const std::string half = frame_of(server.input()).substr(0, 20);
+  std::vector<std::unique_ptr<RawClient>> busy;
+  for (int i = 0; i < limit; ++i) {
+    busy.push_back(std::make_unique<RawClient>(server.sock()));
+    ASSERT_TRUE(busy.back()->send_raw(half));
+  }
+  std::this_thread::sleep_for(500ms);  // the server has read every half frame (microseconds; slack for a busy machine)
   for (int extra = 0; extra < 3; ++extra) {
     RawClient refused(server.sock());
     EXPECT_EQ(refused.handshake(),
               nlohmann::json({{"protocol", 1},
                               {"error", "the server has " + std::to_string(limit) +
-                                            " connections open, its limit; try again later"}}));
+                                            " connections open, its limit, each with a call under way; try again "
+                                            "later"}}));
     EXPECT_TRUE(ends_cleanly_within(refused, 10'000ms));
   }
-  idle.front()->close();
+  busy.front()->close();
   const auto next = connect_when_served(server.sock(), 20s);
   ASSERT_TRUE(next) << "a place freed was never taken";
   const std::string input = server.input();
   EXPECT_EQ(next->call(input), server.expected(input));
-  EXPECT_EQ(idle.back()->call(input), server.expected(input));  // the idle ones are still served
-  RawClient refused(server.sock());  // full again
-  EXPECT_TRUE(refused.handshake().contains("error"));
 }
 
-TEST(ServeConnections, AtALimitOfEightTheNinthGetsAnErrorHandshakeUntilOneLeaves) {
+TEST(ServeConnections, AtALimitOfEightANinthClosesTheLeastRecentlyActiveIdleOne) {
   ServerOptions options;
   options.max_connections = 8;
   InProcessServer server(options);
-  check_the_limit(server, 8);
+  check_idle_ones_make_room(server, 8);
+}
+
+TEST(ServeConnections, AtALimitOfEightBusyConnectionsRefuseTheNinthUntilOneLeaves) {
+  ServerOptions options;
+  options.max_connections = 8;
+  InProcessServer server(options);
+  check_busy_ones_refuse(server, 8);
 }
 
 TEST(ServeConnections, AtTheRealLimitOf1024IdleClientsLockNobodyOut) {
-  // Both ends of 1,025 connections are in this process: raise the descriptor limit if it is low.
+  // Both ends of 1,027 connections are in this process: raise the descriptor limit if it is low.
   rlimit files{};
   ::getrlimit(RLIMIT_NOFILE, &files);
   const rlim_t need = 2 * (max_server_connections + 16) + 64;
@@ -135,7 +164,7 @@ TEST(ServeConnections, AtTheRealLimitOf1024IdleClientsLockNobodyOut) {
   }
   {
     InProcessServer server(ServerOptions{});
-    check_the_limit(server, max_server_connections);
+    check_idle_ones_make_room(server, max_server_connections);
   }
   ::setrlimit(RLIMIT_NOFILE, &files);
 }

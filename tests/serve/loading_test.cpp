@@ -42,10 +42,10 @@ std::string http(int port, const std::string& request) {
   return answer;
 }
 
-const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n";
+const std::string health = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
 std::string completion_request() {
   const std::string body = R"({"prompt": "Hi", "max_tokens": 3, "temperature": 0, "seed": 1})";
-  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+  return "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
          "Connection: close\r\n\r\n" + body;
 }
 
@@ -71,7 +71,7 @@ TEST(HttpLoading, PortsAnswer503WhileLoadingThenTheServerTakesThemOver) {
   // A client waiting on `Expect: 100-continue` (curl, for large bodies) gets its 503 at once,
   // before any body: it would otherwise wait to be told to send it.
   const auto asked = std::chrono::steady_clock::now();
-  const std::string e = http(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+  const std::string e = http(port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                    "Content-Length: 5000\r\nExpect: 100-continue\r\n");
   EXPECT_EQ(e.rfind("HTTP/1.1 503 ", 0), 0u) << e;
   EXPECT_EQ(e.find("100 Continue"), std::string::npos) << e;
@@ -113,7 +113,7 @@ TEST(HttpLoading, NamedOriginsGetCorsHeadersAndPreflightsWhileLoading) {
   options.http_options.cors_origins = {"http://app.example:3000"};
   HttpLoadingListeners loading(options);
   const int port = port_of(loading.endpoints()[0]);
-  const std::string preflight = http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example:3000\r\n"
+  const std::string preflight = http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://app.example:3000\r\n"
                                            "Access-Control-Request-Method: POST\r\n"
                                            "Access-Control-Request-Headers: authorization, content-type\r\n");
   EXPECT_EQ(preflight.rfind("HTTP/1.1 204 ", 0), 0u) << preflight;
@@ -126,7 +126,7 @@ TEST(HttpLoading, NamedOriginsGetCorsHeadersAndPreflightsWhileLoading) {
   const std::string other = http(port, health + "Origin: http://evil.example\r\n");
   EXPECT_EQ(other.rfind("HTTP/1.1 503 ", 0), 0u) << other;
   EXPECT_EQ(other.find("Access-Control-Allow-Origin"), std::string::npos) << other;
-  const std::string not_preflight = http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\n"
+  const std::string not_preflight = http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
                                                "Access-Control-Request-Method: POST\r\n");
   EXPECT_EQ(not_preflight.rfind("HTTP/1.1 503 ", 0), 0u) << not_preflight;
 }

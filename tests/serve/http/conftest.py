@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import time
 
@@ -103,6 +104,19 @@ def shared_server(model, tmp_path_factory):
     assert s.port, s.banner + s.err()
     yield s
     s.stop(signal.SIGKILL)
+
+
+def read_frame(sock):
+    """One frame of the frame protocol (docs/PROTOCOL.md): its 8-byte length, then its body."""
+    def exact(n):
+        buf = b""
+        while len(buf) < n:
+            got = sock.recv(n - len(buf))
+            assert got, "closed"
+            buf += got
+        return buf
+    (n,) = struct.unpack("<Q", exact(8))
+    return exact(n)
 
 
 def generate(model, prompt, tokens, temperature="0", seed=0, top_k=0, top_p="1", stop=None):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import generate, run
+from conftest import generate, read_frame, run
 
 
 def completion(server, **body):
@@ -396,7 +396,7 @@ def test_expect_100_continue_is_answered_before_the_body(shared_server):
     # 10 s, so a server that did not answer fails the test instead of slowing it.
     body = json.dumps({"prompt": "x" * 2000, "max_tokens": 2, "seed": 1}).encode()
     with socket.create_connection(("127.0.0.1", shared_server.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
         head, rest = read_head(sock)
         assert head == b"HTTP/1.1 100 Continue" and rest == b""
@@ -405,7 +405,7 @@ def test_expect_100_continue_is_answered_before_the_body(shared_server):
         assert head.startswith(b"HTTP/1.1 200 "), head
     # Past --max-body (4096 here) the answer is 413 at once, and the body is never asked for.
     with socket.create_connection(("127.0.0.1", shared_server.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
         head, _ = read_head(sock)
         assert head.startswith(b"HTTP/1.1 413 "), head
@@ -567,7 +567,7 @@ def test_disconnect_leaves_the_batch(serve):
     s = serve("--http", "127.0.0.1:0")
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True}).encode()
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     wait_for_data(conn)
     conn.close()
     deadline = time.monotonic() + 10
@@ -582,7 +582,7 @@ def test_non_streamed_disconnect_leaves_the_batch(serve):
     s = serve("--http", "127.0.0.1:0")
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     body = json.dumps({"prompt": "Hello", "max_tokens": 1000000}).encode()
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     wait_running(s, "1")
     conn.close()
     wait_running(s, "0")
@@ -604,7 +604,7 @@ def test_write_timeout_drops_a_client_that_stops_reading(serve):
     conn.settimeout(10)
     conn.connect(("127.0.0.1", s.port))
     body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True, "logprobs": 20}).encode()
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     # Never read: once the buffers are full a write waits past the timeout and the client is dropped.
     def metric(name):
         return int(next(l for l in s.metrics().splitlines() if l.startswith(name + " ")).split()[1])
@@ -634,7 +634,7 @@ def test_a_client_that_stops_reading_pauses_only_its_own_generations(serve, mode
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         conn.settimeout(10)
         conn.connect(("127.0.0.1", s.port))
-        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         stalled.append(conn)
     deadline = time.monotonic() + 30
     last = -1
@@ -691,7 +691,7 @@ def test_queue_full_is_429(serve):
     s = serve("--http", "127.0.0.1:0", "--http-batch", "1", "--max-queue", "0")
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     body = json.dumps({"prompt": "Hello", "max_tokens": 1000000, "stream": True}).encode()
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     wait_for_data(conn)
     e = expect_error(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "max_tokens": 2}).encode(), 429)
     assert e["code"] == "queue_full"
@@ -701,6 +701,7 @@ def test_queue_full_is_429(serve):
 def test_api_key(serve, tmp_path):
     key = tmp_path / "key"
     key.write_text("s3cret\n")
+    key.chmod(0o600)  # a key others may read is refused (test_http_guard.py)
     s = serve("--http", "127.0.0.1:0", "--api-key-file", str(key))
     body = json.dumps({"prompt": "a", "max_tokens": 2}).encode()
     e = expect_error(s, "POST", "/v1/completions", body, 401)
@@ -723,6 +724,7 @@ def test_api_key(serve, tmp_path):
 def test_cors_only_for_the_origins_given(serve, tmp_path, shared_server):
     key = tmp_path / "key"
     key.write_text("s3cret\n")
+    key.chmod(0o600)
     app = "http://app.example:3000"
     s = serve("--http", "127.0.0.1:0", "--api-key-file", str(key), "--cors-origin", app)
     asked = "authorization, content-type, x-stainless-lang"
@@ -746,13 +748,14 @@ def test_cors_only_for_the_origins_given(serve, tmp_path, shared_server):
     assert r.status == 200 and r.getheader("Access-Control-Allow-Origin") == app
     r.read()
     conn.close()
-    # Another origin, or a server without --cors-origin: no CORS header, and no preflight.
+    # Another origin, or a server without --cors-origin: refused (a cross-site request, 403), with
+    # no CORS header, so the page cannot even read why; and no preflight.
     status, headers, _ = s.request("POST", "/v1/completions", body, {**auth, "Origin": "http://evil.example"})
-    assert status == 200 and "Access-Control-Allow-Origin" not in headers
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
     status, headers, _ = s.request("OPTIONS", "/v1/completions", None, {**preflight, "Origin": "http://evil.example"})
-    assert status == 405 and "Access-Control-Allow-Origin" not in headers
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
     status, headers, _ = shared_server.request("OPTIONS", "/v1/completions", None, preflight)
-    assert status == 405 and "Access-Control-Allow-Origin" not in headers
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
     any_origin = serve("--http", "127.0.0.1:0", "--cors-origin", "*")
     status, headers, _ = any_origin.request("GET", "/v1/models", None, {"Origin": "http://x.example"})
     assert status == 200 and headers["Access-Control-Allow-Origin"] == "*"
@@ -842,18 +845,6 @@ def test_chat_completion(shared_server, model):
 
 
 # --listen: the frame protocol over TCP, the same model and batcher as the Unix socket.
-def read_frame(sock):
-    def exact(n):
-        buf = b""
-        while len(buf) < n:
-            got = sock.recv(n - len(buf))
-            assert got, "closed"
-            buf += got
-        return buf
-    (n,) = struct.unpack("<Q", exact(8))
-    return exact(n)
-
-
 def test_listen_tcp_serves_the_frame_protocol(serve, tmp_path):
     sock_path = str(tmp_path / "s.sock")
     s = serve("--socket", sock_path, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")

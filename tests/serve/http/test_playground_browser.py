@@ -137,6 +137,7 @@ def test_a_page_from_another_origin_calls_the_api_through_cors(allowed, serve, t
     origin = f"http://127.0.0.1:{pages.server_address[1]}"
     key = tmp_path / "key"
     key.write_text("s3cret\n")
+    key.chmod(0o600)  # group or others may not read a key file
     s = serve("--http", "127.0.0.1:0", "--api-key-file", str(key), *(["--cors-origin", origin] if allowed else []))
     (site / "app.html").write_text(CROSS_ORIGIN_PAGE.replace("API", f'"http://127.0.0.1:{s.port}"', 1))
     driver = chromium(tmp_path)
