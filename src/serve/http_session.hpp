@@ -63,6 +63,9 @@ struct HttpContext {
 // 256 KiB is a few hundred events with the most logprobs.
 inline constexpr int32_t kMaxTokensAhead = 32;
 inline constexpr size_t kMaxQueuedBytes = size_t{256} << 10;
+// Bytes of pipelined requests read while a completion runs (the disconnect watch), beyond which
+// the watch polls for the connection's end instead of reading.
+inline constexpr size_t kMaxReadAhead = size_t{64} << 10;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
@@ -124,7 +127,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // {"prompt_tokens", "completion_tokens", "total_tokens"} over every choice so far.
   nlohmann::json usage_json() const;
   void finish_completion();
+  // While a completion runs: the client leaving (the end of the connection, or a reset) closes
+  // the connection, which cancels its generations, whatever it sent before leaving.
   void watch_disconnect();
+  enum class ReadAhead { drained, full, left };
+  // Reads what the client sent past the request into buffer_ (at most kMaxReadAhead bytes):
+  // `left` when the connection ended, `full` at the bound.
+  ReadAhead read_ahead();
+  void poll_disconnect();
+  bool completion_running(uint64_t seq) const { return !closed_ && seq == request_seq_ && finished_ < choices_.size(); }
   void cancel_generation();
   // Gives the engine back the tokens taken, unless the writes queued are past their bound.
   void give_back_tokens();
