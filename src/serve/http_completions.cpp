@@ -51,6 +51,7 @@ void HttpSession::completion(bool chat) {
   choices_.resize(r.prompts.size() * static_cast<size_t>(r.n));
   finished_ = 0;
   abandoned_ = false;
+  const uint64_t request = context_.engine.new_request();  // its jobs share a request's places in the batch
   for (size_t i = 0; i < choices_.size(); ++i) {
     // Choice i: prompt i / n, its (i % n)-th choice, with the seed that choice has when its prompt
     // is asked alone, so that a batch's answers are each prompt's own.
@@ -68,6 +69,7 @@ void HttpSession::completion(bool chat) {
     } catch (const Error& e) {
       throw ApiError(400, e.what(), chat ? "messages" : "prompt");
     }
+    job->request = request;
     job->max_tokens = r.max_tokens;
     job->max_ahead = kMaxTokensAhead;
     // With a tokenizer the text is decoded on the runner, as each token comes, so that a stop
@@ -140,8 +142,11 @@ void HttpSession::completion(bool chat) {
       for (size_t k = i; k < choices_.size(); ++k) choices_[k].job.reset();  // never submitted: break the cycle
       if (i == 0) choices_.clear();
       else work_ = asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked);
-      return respond_error(429, "the server has --max-queue requests waiting; try again later", {}, "server_error",
-                           "queue_full");
+      // Retry-After: when a place in the batch is likely to free (respond_error's would say 1).
+      return respond(429, "application/json",
+                     error_json("the server has --max-queue requests waiting; try again later", "server_error", {},
+                                "queue_full"),
+                     {{"Retry-After", std::to_string(context_.engine.retry_after_seconds())}});
     }
     context_.metrics.prompt_tokens.fetch_add(r.prompts[choices_[i].prompt].size(), std::memory_order_relaxed);
   }
