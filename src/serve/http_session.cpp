@@ -3,6 +3,8 @@
 // Routing is http_routes.cpp; each endpoint family has its own file.
 #include "serve/http_session.hpp"
 
+#include <utility>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
@@ -146,6 +148,7 @@ void HttpSession::write_next() {
     if (!response_done_) return;  // a stream waiting for tokens
     response_done_ = false;
     in_request_ = false;
+    if (std::exchange(trim_after_response_, false)) give_memory_back();
     if (close_after_writes_) return close();
     return read_request();
   }
