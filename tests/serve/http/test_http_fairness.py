@@ -1,20 +1,14 @@
 """One request may not hold the whole batch (issue 35; docs/HTTP.md, "Batching"): another
 client's request is admitted while a request of 64 endless choices runs, and its answer is the
 one it gets alone; a 429's Retry-After comes from the batch's state."""
-import http.client
 import json
 import socket
-import threading
 import time
 
-import pytest
-
-from conftest import generate
-
+from conftest import generate, read_in_background
 
 def metric(server, name):
     return int(next(l for l in server.metrics().splitlines() if l.startswith(name + " ")).split()[1])
-
 
 def start_stream(server, body):
     """Sends a streamed completion and reads it on a thread, keeping nothing; returns a closer."""
@@ -23,26 +17,7 @@ def start_stream(server, body):
     conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
     first = conn.recv(65536)
     assert first.startswith(b"HTTP/1.1 200"), first[:200]
-    stop = threading.Event()
-
-    def drain():
-        try:
-            while not stop.is_set() and conn.recv(1 << 16):
-                pass
-        except OSError:
-            pass
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-
-    def close():
-        stop.set()
-        conn.shutdown(socket.SHUT_RDWR)
-        conn.close()
-        reader.join(10)
-
-    return close
-
+    return read_in_background(conn)
 
 def test_a_request_of_64_endless_choices_leaves_room_for_another(serve, model):
     s = serve("--http", "127.0.0.1:0")
@@ -61,7 +36,6 @@ def test_a_request_of_64_endless_choices_leaves_room_for_another(serve, model):
     assert status == 200, answer
     assert took < 5, f"answered after {took:.1f} s"
     assert answer["choices"][0]["text"] == generate(model, "The ", 16, "0.8", 3).decode("utf-8", errors="replace")
-
 
 def test_retry_after_of_a_full_queue_comes_from_the_batch(serve):
     s = serve("--http", "127.0.0.1:0", "--http-batch", "1", "--max-queue", "0")

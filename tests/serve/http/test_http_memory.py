@@ -4,15 +4,11 @@ timeouts"; docs/PROTOCOL.md, "Memory"): a non-streamed answer whose estimated si
 documented bound of a request, a stream keeps nothing it has sent, and the memory comes back
 when they end. Resident sizes come from /proc/PID/status (VmHWM: the peak, reset through
 clear_refs before each phase)."""
-import http.client
 import json
 import socket
-import threading
 import time
 
-import pytest
-
-from conftest import generate
+from conftest import generate, read_in_background
 
 ANSWER_BUDGET = 64 << 20  # max_answer_bytes (src/serve/answer_budget.hpp)
 # What one request may take (docs/PROTOCOL.md, "Memory"): its body parsed (at most 16 times the
@@ -20,10 +16,8 @@ ANSWER_BUDGET = 64 << 20  # max_answer_bytes (src/serve/answer_budget.hpp)
 # rounding and the pages a first large request touches.
 SLACK = 16 << 20
 
-
 def request_bound(body_bytes):
     return 2 * ANSWER_BUDGET + 16 * body_bytes + SLACK
-
 
 def status_bytes(pid, field):
     with open(f"/proc/{pid}/status") as f:
@@ -32,19 +26,15 @@ def status_bytes(pid, field):
                 return int(line.split()[1]) * 1024
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
-
 def reset_peak(pid):
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS (Linux, proc(5))
 
-
 def metric(server, name):
     return int(next(l for l in server.metrics().splitlines() if l.startswith(name + " ")).split()[1])
 
-
 def mib(b):
     return f"{b / (1 << 20):.1f} MiB"
-
 
 def settle(server, pid, start, seconds=10):
     """Waits (bounded) until no generation runs and the resident size is back near `start`;
@@ -58,7 +48,6 @@ def settle(server, pid, start, seconds=10):
         time.sleep(0.1)
     return rss
 
-
 def warm(server):
     """One of each kind of completion first, so that code, threads and the first allocations are
     resident before the baseline is taken."""
@@ -66,7 +55,6 @@ def warm(server):
                  {"prompt": "a", "max_tokens": 8, "echo": True, "logprobs": 2}):
         status, answer = server.post("/v1/completions", body)
         assert status == 200, answer
-
 
 HEAVY = [
     # The probe's: 400,000 prompt tokens echoed with their scores by 16 choices (800 KB of body).
@@ -81,7 +69,6 @@ HEAVY = [
     # no logprobs is enough, without echo it fits.
     ({"prompt": [1] * 400_000, "n": 16, "echo": True, "logprobs": 5, "stream": True}, "echo"),
 ]
-
 
 def test_answers_past_the_budget_are_refused_naming_the_field(serve):
     s = serve("--http", "127.0.0.1:0")
@@ -103,7 +90,6 @@ def test_answers_past_the_budget_are_refused_naming_the_field(serve):
     status, _, raw = s.request("POST", "/v1/completions", json.dumps(
         {"prompt": "The ", "n": 16, "max_tokens": 40, "logprobs": 20, "stream": True}).encode())
     assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
-
 
 def test_an_answer_within_the_budget_stays_within_its_bound_and_its_memory_comes_back(serve, model):
     s = serve("--http", "127.0.0.1:0")
@@ -133,7 +119,6 @@ def test_an_answer_within_the_budget_stays_within_its_bound_and_its_memory_comes
     rss = settle(s, pid, start)
     assert rss - start <= SLACK, f"resident {mib(rss)} after the answer, {mib(start)} before it (peak {mib(peak)})"
 
-
 def test_a_stream_keeps_nothing_it_has_sent(serve):
     """16 choices streaming every token's top 20 logprobs: the server's memory stays flat while
     tens of thousands of tokens go out, and comes back once the client leaves."""
@@ -144,17 +129,7 @@ def test_a_stream_keeps_nothing_it_has_sent(serve):
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     body = json.dumps({"prompt": "The ", "n": 16, "max_tokens": 1 << 20, "logprobs": 20, "stream": True}).encode()
     conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-    stop = threading.Event()
-
-    def drain():  # reads everything as fast as it comes, keeping nothing
-        try:
-            while not stop.is_set() and conn.recv(1 << 16):
-                pass
-        except OSError:
-            pass
-
-    reader = threading.Thread(target=drain)
-    reader.start()
+    close = read_in_background(conn)
     try:
         deadline = time.monotonic() + 60
 
@@ -169,10 +144,7 @@ def test_a_stream_keeps_nothing_it_has_sent(serve):
         last = tokens_past(first + 30_000)
         rss_last = status_bytes(pid, "VmRSS")
     finally:
-        stop.set()
-        conn.shutdown(socket.SHUT_RDWR)
-        conn.close()
-        reader.join(10)
+        close()
     grown = rss_last - rss_first
     assert grown <= 4 << 20, f"resident grew {mib(grown)} over {last - first} streamed tokens"
     rss = settle(s, pid, start)
