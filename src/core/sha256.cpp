@@ -20,7 +20,17 @@ Sha256::Sha256() : state_(std::make_unique<State>()) {
     throw Error(ErrorKind::internal, "sha256: OpenSSL could not start a digest");
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(state_->ctx); }
+Sha256::~Sha256() {
+  if (state_) EVP_MD_CTX_free(state_->ctx);  // null once moved from
+}
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&& other) noexcept {
+  if (this != &other) {
+    if (state_) EVP_MD_CTX_free(state_->ctx);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
 
 void Sha256::update(const void* data, size_t size) {
   if (size && EVP_DigestUpdate(state_->ctx, data, size) != 1)

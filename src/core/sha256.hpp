@@ -14,6 +14,8 @@ class Sha256 {
   ~Sha256();
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
+  Sha256(Sha256&&) noexcept;
+  Sha256& operator=(Sha256&&) noexcept;
   void update(const void* data, size_t size);
   // Lower-case hex of the digest; the object cannot be updated afterwards.
   std::string hex();

@@ -1,6 +1,7 @@
 #include "serve/generation_engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include "core/thread_pool.hpp"
@@ -12,6 +13,7 @@ GenerationEngine::GenerationEngine(int max_active, int max_queue, const CallOpti
                                    PrefixCache* cache)
     : max_active_(static_cast<size_t>(std::max(max_active, 1))),
       max_queue_(static_cast<size_t>(std::max(max_queue, 0))),
+      max_per_request_(std::max<size_t>(max_active_ / 2, 1)),
       call_(call),
       metrics_(metrics),
       cache_(cache),
@@ -69,6 +71,47 @@ bool can_step(const GenerationJob& job) {
 
 }  // namespace
 
+bool GenerationEngine::admissible(const GenerationJob& job) const {
+  if (job.request == 0) return true;
+  const auto it = placed_.find(job.request);
+  return it == placed_.end() || it->second < max_per_request_;
+}
+
+bool GenerationEngine::can_admit(size_t active) const {
+  return active < max_active_ &&
+         std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& j) { return admissible(*j); });
+}
+
+void GenerationEngine::admit(std::vector<std::shared_ptr<GenerationJob>>& active) {
+  // The first waiting jobs whose requests are under their share, in the order they came.
+  for (auto it = waiting_.begin(); it != waiting_.end() && active.size() < max_active_;) {
+    if (!admissible(**it)) {
+      ++it;
+      continue;
+    }
+    if ((*it)->request != 0) ++placed_[(*it)->request];
+    active.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+}
+
+int GenerationEngine::retry_after_seconds() const {
+  const double seconds = static_cast<double>(fewest_left_.load()) * step_seconds_.load();
+  return static_cast<int>(std::clamp(std::ceil(seconds), 1.0, 3600.0));
+}
+
+void GenerationEngine::note_step(const std::vector<std::shared_ptr<GenerationJob>>& active,
+                                 std::chrono::steady_clock::duration took) {
+  int64_t fewest = 0;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const int64_t left = int64_t{active[i]->max_tokens} - active[i]->generator->generated();
+    fewest = i == 0 ? left : std::min(fewest, left);
+  }
+  fewest_left_.store(std::max<int64_t>(fewest, 0));
+  const double seconds = std::chrono::duration<double>(took).count(), mean = step_seconds_.load();
+  step_seconds_.store(mean == 0 ? seconds : 0.9 * mean + 0.1 * seconds);
+}
+
 size_t GenerationEngine::pending() const {
   std::lock_guard lock(mutex_);
   return waiting_.size() + active_count_;
@@ -81,26 +124,28 @@ void GenerationEngine::run_loop() noexcept {
     // Jobs that all wait for their consumers, with no room for a waiting one, leave nothing to
     // do: the runner sleeps until consumed() or cancel() (or a submit, an abort) wakes it.
     wake_.wait(lock, [&] {
-      return quitting_ || aborting_ || (!waiting_.empty() && active.size() < max_active_) ||
+      return quitting_ || aborting_ || can_admit(active.size()) ||
              std::any_of(active.begin(), active.end(), [](const auto& j) { return can_step(*j); });
     });
     if (aborting_) {
-      for (auto& j : waiting_) active.push_back(std::move(j));
+      for (auto& j : waiting_) {
+        if (j->request != 0) ++placed_[j->request];
+        active.push_back(std::move(j));
+      }
       waiting_.clear();
       for (auto& j : active) j->cancelled.store(true);
       aborting_ = quitting_;  // keeps aborting what arrives once quitting
     }
     if (quitting_ && waiting_.empty() && active.empty()) return;
-    while (active.size() < max_active_ && !waiting_.empty()) {
-      active.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-    }
+    admit(active);
     active_count_ = active.size();
     metrics_.waiting.store(static_cast<int64_t>(waiting_.size()));
     metrics_.running.store(static_cast<int64_t>(active.size()));
     lock.unlock();
+    const auto began = std::chrono::steady_clock::now();
     step(active);
     lock.lock();
+    note_step(active, std::chrono::steady_clock::now() - began);
     active_count_ = active.size();
     metrics_.running.store(static_cast<int64_t>(active.size()));
   }
@@ -164,6 +209,8 @@ void GenerationEngine::leaving(const GenerationJob& job, Finish finish) {
   if (job.generator) metrics_.generation_length.observe(static_cast<double>(job.generator->generated()));
   std::lock_guard lock(mutex_);
   if (active_count_ > 0) --active_count_;
+  if (const auto it = placed_.find(job.request); job.request != 0 && it != placed_.end() && --it->second == 0)
+    placed_.erase(it);
 }
 
 namespace {

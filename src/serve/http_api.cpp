@@ -194,6 +194,7 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
   }
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   const char* tokens_field = chat && has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  r.tokens_field = tokens_field;
   if (has(tokens_field)) {
     r.max_tokens = static_cast<int32_t>(integer(j[tokens_field], tokens_field, 0, max_request_tokens));
   } else if (chat) {

@@ -39,6 +39,7 @@ struct CompletionRequest {
   // tokenizer): one, or OpenAI's batch of several (completions only), each with its n choices.
   std::vector<std::vector<int32_t>> prompts;
   int32_t max_tokens = 16;
+  std::string tokens_field = "max_tokens";  // the field it came from (chat: or max_completion_tokens)
   SamplingOptions sampling{1.0f, 0, 1.0f, 0};  // OpenAI's defaults: temperature 1, top_p 1
   bool seed_given = false;
   std::vector<std::string> stop;

@@ -1,16 +1,14 @@
 // POST /v1/completions and /v1/chat/completions: a request becomes one generation job per
 // choice (prompt p's i-th choice with seed + i), handed to the GenerationEngine; the jobs'
-// tokens come back on this connection's strand and are answered whole (finish_completion) or
-// streamed (http_stream.cpp). A client that leaves cancels its jobs (watch_disconnect).
-#include <sys/socket.h>
-
-#include <cerrno>
+// tokens come back on this connection's strand and are answered whole (http_answer.cpp) or
+// streamed (http_stream.cpp). A client that leaves cancels its jobs (http_disconnect.cpp).
 #include <ctime>
 
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 
+#include "serve/answer_budget.hpp"
 #include "serve/http_session.hpp"
 #include "serve/http_wire.hpp"
 
@@ -19,7 +17,13 @@ namespace lockstep::serve {
 using nlohmann::json;
 
 void HttpSession::completion(bool chat) {
-  completion_ = parse_completion(request_.body(), context_.model->config(), context_.model_name, context_.tokenizer.get(), chat);
+  // A large body's parsed JSON is given back with the answer, refused or not.
+  trim_after_response_ = request_.body().size() >= trim_after_bytes;
+  CompletionRequest parsed =
+      parse_completion(request_.body(), context_.model->config(), context_.model_name, context_.tokenizer.get(), chat);
+  // What its answer may take (answer_budget.hpp): refused before anything is computed or kept.
+  check_answer_budget(parsed, bytes_model() ? byte_token_text : context_.tokenizer ? piece_token_text : id_token_text);
+  completion_ = std::move(parsed);
   const CompletionRequest& r = completion_;
   if (!r.seed_given) completion_.sampling.seed = random_u64();
   prompt_texts_.assign(r.prompts.size(), std::string());
@@ -34,12 +38,14 @@ void HttpSession::completion(bool chat) {
   choices_.resize(r.prompts.size() * static_cast<size_t>(r.n));
   finished_ = 0;
   abandoned_ = false;
+  const uint64_t request = context_.engine.new_request();  // its jobs share a request's places in the batch
   for (size_t i = 0; i < choices_.size(); ++i) {
     // Choice i: prompt i / n, its (i % n)-th choice, with the seed that choice has when its prompt
     // is asked alone, so that a batch's answers are each prompt's own.
     const size_t prompt_index = i / static_cast<size_t>(r.n);
     const std::vector<int32_t>& prompt = r.prompts[prompt_index];
     choices_[i].prompt = prompt_index;
+    choices_[i].logprobs = LogprobsText(r.chat);
     GenerateOptions g;
     g.sampling = r.sampling;
     g.sampling.seed = r.sampling.seed + i % static_cast<size_t>(r.n);  // wraps past 2^64 - 1, as unsigned arithmetic does
@@ -51,6 +57,7 @@ void HttpSession::completion(bool chat) {
     } catch (const Error& e) {
       throw ApiError(400, e.what(), chat ? "messages" : "prompt");
     }
+    job->request = request;
     job->max_tokens = r.max_tokens;
     job->max_ahead = kMaxTokensAhead;
     // With a tokenizer the text is decoded on the runner, as each token comes, so that a stop
@@ -123,8 +130,11 @@ void HttpSession::completion(bool chat) {
       for (size_t k = i; k < choices_.size(); ++k) choices_[k].job.reset();  // never submitted: break the cycle
       if (i == 0) choices_.clear();
       else work_ = asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked);
-      return respond_error(429, "the server has --max-queue requests waiting; try again later", {}, "server_error",
-                           "queue_full");
+      // Retry-After: when a place in the batch is likely to free (respond_error's would say 1).
+      return respond(429, "application/json",
+                     error_json("the server has --max-queue requests waiting; try again later", "server_error", {},
+                                "queue_full"),
+                     {{"Retry-After", std::to_string(context_.engine.retry_after_seconds())}});
     }
     context_.metrics.prompt_tokens.fetch_add(r.prompts[choices_[i].prompt].size(), std::memory_order_relaxed);
   }
@@ -138,55 +148,54 @@ void HttpSession::completion(bool chat) {
              std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n",
          false);
     for (size_t i = 0; i < choices_.size(); ++i) {
-      if (chat) send_event(chunk_json(i, "", std::nullopt, nullptr, true));
+      if (chat) send_event(chunk_json(i, "", {}, nullptr, true));
       else if (r.echo && r.logprobs >= 0) continue;  // with the prompt's scores (on_prompt_scores)
       else if (r.echo && bytes_model())
-        send_event(chunk_json(i, choices_[i].utf8.push(prompt_texts_[choices_[i].prompt]), std::nullopt, nullptr, false));
-      else if (r.echo) send_event(chunk_json(i, prompt_texts_[choices_[i].prompt], std::nullopt, nullptr, false));
+        send_event(chunk_json(i, choices_[i].utf8.push(prompt_texts_[choices_[i].prompt]), {}, nullptr, false));
+      else if (r.echo) send_event(chunk_json(i, prompt_texts_[choices_[i].prompt], {}, nullptr, false));
     }
   }
   watch_disconnect();
 }
 
-void HttpSession::watch_disconnect() {
-  socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->closed_ || self->finished_ == self->choices_.size()) return;
-    char byte;
-    const ssize_t n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      self->close();  // the client left: its generations leave the batch
-      return;
-    }
-    if (n < 0) self->watch_disconnect();
-    // n > 0: a pipelined request waits; it is read after this response.
-  });
-}
-
-void HttpSession::cancel_generation() {
-  if (finished_ >= choices_.size() || abandoned_) return;
-  abandoned_ = true;
-  for (Choice& c : choices_)
-    if (!c.finish && c.job) context_.engine.cancel(*c.job);
-}
-
 void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled) {
   if (abandoned_ || closed_) return;
   Choice& c = choices_[index];
-  if (!bytes_model()) {
-    // Through the tokenizer: the text the token settled; token ids only: no text, each id.
-    c.ids.push_back(token);
-    c.offsets.push_back(c.text.size());
-    c.text += settled;
-    if (lp) c.logprobs.push_back(*lp);
-    if (completion_.stream && (!settled.empty() || lp || !context_.tokenizer))
-      send_event(chunk_json(index, settled, lp, nullptr, completion_.chat));
-  } else {
+  const bool stream = completion_.stream, bytes = bytes_model();
+  const size_t echoed = completion_.echo ? prompt_texts_[c.prompt].size() : 0;  // text_offset counts the echo
+  // Where this token's text starts: a byte each, or the text settled before it (a tokenizer's).
+  const size_t offset = echoed + (bytes ? c.generated : c.text_size);
+  ++c.generated;
+  if (bytes) {
     const char byte = static_cast<char>(token & 0xff);
-    c.bytes.push_back(byte);
-    if (lp) c.logprobs.push_back(*lp);
-    if (completion_.stream) {
+    c.digest.update(&byte, 1);
+    if (!stream) c.bytes.push_back(byte);
+  } else if (context_.tokenizer) {
+    c.digest.update(settled.data(), settled.size());
+    c.text_size += settled.size();
+    if (!stream) c.text += settled;
+  } else {  // token ids only: the digest is of the ids as little-endian int32
+    char le[4];
+    for (int k = 0; k < 4; ++k) le[k] = static_cast<char>((static_cast<uint32_t>(token) >> (8 * k)) & 0xff);
+    c.digest.update(le, 4);
+  }
+  if (!stream && !bytes) c.ids.push_back(token);
+  if (!stream && lp) c.logprobs.add(token_names(), token, &*lp, offset);
+  if (stream) {
+    std::string logprobs;
+    if (lp) {
+      LogprobsText one(completion_.chat);
+      one.add(token_names(), token, &*lp, offset);
+      logprobs = one.object();
+    }
+    if (bytes) {
+      const char byte = static_cast<char>(token & 0xff);
       const std::string text = c.utf8.push(std::string_view(&byte, 1));
-      if (!text.empty() || lp) send_event(chunk_json(index, text, lp, nullptr, completion_.chat));
+      if (!text.empty() || lp) send_event(chunk_json(index, text, logprobs, nullptr, completion_.chat));
+    } else if (!settled.empty() || lp || !context_.tokenizer) {
+      // Through the tokenizer: the text the token settled; token ids only: no text, each id.
+      send_event(chunk_json(index, settled, logprobs, nullptr, completion_.chat,
+                            context_.tokenizer ? std::nullopt : std::optional<int32_t>(token)));
     }
   }
   ++c.owed;  // flow control: the token is taken (given back once its events are written)
@@ -196,13 +205,13 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
 void HttpSession::on_prompt_scores(size_t index, std::vector<TokenLogprobs> scores) {
   if (abandoned_ || closed_) return;
   Choice& c = choices_[index];
-  c.prompt_logprobs = std::move(scores);
-  c.prompt_scored = true;
-  if (!completion_.stream) return;
-  const json lps = prompt_logprobs_json(c);
+  if (!completion_.stream) return add_prompt_logprobs(c.logprobs, c, scores);  // before any token's
+  LogprobsText lps;
+  add_prompt_logprobs(lps, c, scores);
+  scores = {};
   const std::string& prompt_text = prompt_texts_[c.prompt];
   const std::string text = bytes_model() ? c.utf8.push(prompt_text) : prompt_text;
-  send_event(chunk_json(index, text, std::nullopt, nullptr, false, &lps));
+  send_event(chunk_json(index, text, lps.object(), nullptr, false));
 }
 
 void HttpSession::on_done(size_t index, Finish finish, const std::string& error, const std::string& settled) {
@@ -217,75 +226,13 @@ void HttpSession::on_done(size_t index, Finish finish, const std::string& error,
   Choice& c = choices_[index];
   c.finish = finish;
   if (finish == Finish::error) error_ = error;
-  c.text += settled;
+  c.digest.update(settled.data(), settled.size());
+  c.text_size += settled.size();
+  if (!completion_.stream) c.text += settled;
+  c.sha256 = c.digest.hex();
   if (completion_.stream)
-    send_event(chunk_json(index, bytes_model() ? c.utf8.finish() : settled, std::nullopt, finish_name(finish),
-                          completion_.chat));
+    send_event(chunk_json(index, bytes_model() ? c.utf8.finish() : settled, {}, finish_name(finish), completion_.chat));
   if (finished_ == choices_.size()) finish_completion();
-}
-
-nlohmann::json HttpSession::usage_json() const {
-  size_t generated = 0;
-  for (const Choice& c : choices_) generated += bytes_model() ? c.bytes.size() : c.ids.size();
-  size_t prompt_tokens = 0;  // each prompt once, whatever its n (as OpenAI counts them)
-  for (const std::vector<int32_t>& p : completion_.prompts) prompt_tokens += p.size();
-  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", generated}, {"total_tokens", prompt_tokens + generated}};
-}
-
-void HttpSession::finish_completion() {
-  work_ = {};
-  const CompletionRequest& r = completion_;
-  if (r.stream) {
-    std::string done = "data: [DONE]\n\n";
-    if (r.include_usage) {  // stream_options.include_usage: the usage in a chunk of no choices
-      const json usage = {{"id", id_},
-                          {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-                          {"created", created_},
-                          {"model", context_.model_name},
-                          {"choices", json::array()},
-                          {"usage", usage_json()},
-                          {"seed", r.sampling.seed}};
-      done = "data: " + json_body(usage) + "\n\n" + done;
-    }
-    send(http_chunk(done) + "0\r\n\r\n", !keep_alive_ || stopping_);
-    response_done_ = true;
-    if (!writing_) write_next();
-    return;
-  }
-  if (!error_.empty()) return respond_error(500, "generation failed: " + error_, {}, "server_error");
-  json choices = json::array();
-  const bool bytes = bytes_model();
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
-    // A byte model's bytes made valid UTF-8; a tokenizer's text as it settled; token ids only: "".
-    const std::string echoed = r.echo ? prompt_texts_[c.prompt] : std::string();
-    const std::string text = bytes ? valid_utf8(echoed + c.bytes) : echoed + c.text;
-    const size_t offset = echoed.size();
-    json lps = r.logprobs >= 0 ? logprobs_json(c.logprobs, offset, bytes ? nullptr : &c.offsets) : json(nullptr);
-    if (r.echo && c.prompt_scored) {  // the prompt's tokens first, as OpenAI gives them
-      json all = prompt_logprobs_json(c);
-      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-        for (json& v : lps[key]) all[key].push_back(std::move(v));
-      lps = std::move(all);
-    }
-    json choice = {{"index", i},
-                   {"finish_reason", finish_name(*c.finish)},
-                   {"logprobs", lps},
-                   {"seed", c.seed},
-                   {"sha256", choice_sha256(c)}};
-    if (!bytes) choice["token_ids"] = c.ids;
-    if (r.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else choice["text"] = text;
-    choices.push_back(choice);
-  }
-  json j = {{"id", id_},
-            {"object", r.chat ? "chat.completion" : "text_completion"},
-            {"created", created_},
-            {"model", context_.model_name},
-            {"choices", choices},
-            {"usage", usage_json()},
-            {"seed", r.sampling.seed}};
-  respond(200, "application/json", json_body(j));
 }
 
 }  // namespace lockstep::serve

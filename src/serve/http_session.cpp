@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/write.hpp>
@@ -226,6 +227,7 @@ void HttpSession::write_next() {
     response_done_ = false;
     log_request();
     in_request_ = false;
+    if (std::exchange(trim_after_response_, false)) give_memory_back();
     if (close_after_writes_) return close();
     return read_request();
   }

@@ -13,28 +13,14 @@
 #include "lockstep/config.hpp"
 #include "lockstep/generator.hpp"
 #include "model/prefix_cache_impl.hpp"
+#include "serve/engine_fixture.hpp"
 #include "serve/generation_engine.hpp"
 
 namespace lockstep::serve {
 namespace {
 
-std::shared_ptr<const Model> tiny_model() {
-  ModelConfig c;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_ff = 32;
-  c.length = 32;
-  return Model::from_parameters(c, init_parameters(c, 7));
-}
-
-GenerateOptions options(uint64_t seed, int32_t tokens) {
-  GenerateOptions g;
-  g.sampling = {0.9f, 40, 1.0f, seed};
-  g.max_tokens = tokens;
-  return g;
-}
+using test::options;
+using test::tiny_model;
 
 // What one generation through an engine gave: its tokens, the logits each was drawn from, one
 // after another, and how it ended.

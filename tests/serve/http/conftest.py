@@ -6,7 +6,9 @@ import os
 import re
 import signal
 import struct
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -130,3 +132,27 @@ def generate(model, prompt, tokens, temperature="0", seed=0, top_k=0, top_p="1",
     out = r.stdout
     assert out.startswith(prompt.encode()) and out.endswith(b"\n")
     return out[len(prompt.encode()):-1]
+
+
+def read_in_background(conn):
+    """Reads everything `conn` receives on a thread as fast as it comes, keeping nothing (a client
+    that keeps up with a stream); returns a function that stops it and closes the connection."""
+    stop = threading.Event()
+
+    def drain():
+        try:
+            while not stop.is_set() and conn.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+
+    def close():
+        stop.set()
+        conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        reader.join(10)
+
+    return close
