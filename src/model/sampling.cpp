@@ -10,6 +10,7 @@
 #include "core/rng.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "model/sampling_impl.hpp"
 
 namespace lockstep {
 
@@ -46,6 +47,13 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, in
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step, SampleTrace* trace) {
+  // Without a model, the best target's exp, looked up once (best_kernels asks the CPU each time).
+  static const simd::Kernels& best = simd::best_kernels();
+  return sample_token(logits, o, step, trace, best);
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step, SampleTrace* trace,
+                     const simd::Kernels& kernels) {
   o.validate();
   const FloatEnvScope env;  // exp_f32 must see subnormals as they are
   if (trace) *trace = SampleTrace{};
@@ -65,9 +73,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, in
     const float z = logits[i];
     scaled[i] = (z == max ? 0.0f : z - max) / o.temperature;
   }
-  // The best target's exp, looked up once (best_kernels asks the CPU each time).
-  static const auto exp = simd::best_kernels().exp;
-  exp(scaled.data(), by_id.data(), static_cast<int64_t>(by_id.size()));
+  kernels.exp(scaled.data(), by_id.data(), static_cast<int64_t>(by_id.size()));
   std::vector<float> weight(order.size());
   double total = 0.0;
   for (size_t i = 0; i < order.size(); ++i) {
