@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/simd/dispatch.hpp"
 #include "lockstep/error.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 #include "model/sampling_impl.hpp"
 
 namespace lockstep {
@@ -104,7 +104,7 @@ std::optional<std::span<const int32_t>> Generator::begin_step() {
 int32_t Generator::end_step() {
   // The exp of the target the model runs (sampling_impl.hpp).
   const int32_t token =
-      sample_token(logits_, options_.sampling, step_, nullptr, simd::kernels_for(model_->impl().packed.get()));
+      sample_token(logits_, options_.sampling, step_, nullptr, kernels_for(model_->impl().packed.get()));
   ++step_;
   pending_ = token;
   if (!options_.stop.empty()) {

@@ -83,8 +83,9 @@ inline constexpr char kTooManyConnections[] =
 // The methods an endpoint (a path of the route table) answers, as a 405's Allow header says them.
 std::string allowed_methods(const std::string& endpoint);
 // Bytes of pipelined requests read while a completion runs (the disconnect watch), beyond which
-// the watch polls for the connection's end instead of reading.
-inline constexpr size_t kMaxReadAhead = size_t{64} << 10;
+// the watch polls for the connection's end instead of reading: what the connection's buffer holds
+// (reading past it would overflow the buffer).
+inline constexpr size_t kMaxReadAhead = kMaxBufferedBytes;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:

@@ -24,7 +24,7 @@ def wait_metric(server, name, value, seconds):
 
 def post(body):
     data = json.dumps(body).encode()
-    return b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+    return b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
 
 
 # One byte of a next request (the probe's), or more of it than the server reads ahead.

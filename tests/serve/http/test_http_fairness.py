@@ -14,7 +14,7 @@ def start_stream(server, body):
     """Sends a streamed completion and reads it on a thread, keeping nothing; returns a closer."""
     conn = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     data = json.dumps({**body, "stream": True}).encode()
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
     first = conn.recv(65536)
     assert first.startswith(b"HTTP/1.1 200"), first[:200]
     return read_in_background(conn)

@@ -128,7 +128,7 @@ def test_a_stream_keeps_nothing_it_has_sent(serve):
     start = status_bytes(pid, "VmRSS")
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     body = json.dumps({"prompt": "The ", "n": 16, "max_tokens": 1 << 20, "logprobs": 20, "stream": True}).encode()
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     close = read_in_background(conn)
     try:
         deadline = time.monotonic() + 60
