@@ -94,6 +94,10 @@ struct ServerStats {
   uint64_t runs = 0;   // runs of the model that computed at least one call
   uint64_t rows_computed = 0;  // rows the model computed for the calls
   uint64_t rows_reused = 0;    // rows the prefix cache supplied instead
+  // With --http:
+  uint64_t http_requests = 0;     // HTTP requests answered, any status
+  uint64_t generations = 0;       // generations ended (one per choice of a completion)
+  uint64_t generated_tokens = 0;  // tokens they generated
 };
 
 class HttpLoadingListeners;

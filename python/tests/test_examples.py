@@ -120,12 +120,13 @@ def test_embedding_programs_print_the_greedy_bytes(lm, model_dir, build_dir, pro
 def test_the_demo_runs_and_says_where_lockstep_is():
     """`./run demo` as the README's first command: it samples text through the socket, and ends
     by saying where the `lockstep` command the README uses is and how to put it on PATH (issue
-    42: after the demo, `lockstep` was not on PATH and nothing said so). Uses this build (no
-    rebuild: the build is current when the tests run)."""
+    42: after the demo, `lockstep` was not on PATH and nothing said so). Uses this build as it is
+    (LOCKSTEP_DEMO_PREBUILT=1: a test must not rebuild what other tests run)."""
     from conftest import BINARY
     build = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
     done = subprocess.run([os.path.join(REPO, "run"), "demo"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=dict(python_env(), LOCKSTEP_BUILD_DIR=build, DEMO_TOKENS="20"))
+                          timeout=300, env=dict(python_env(), LOCKSTEP_BUILD_DIR=build, DEMO_TOKENS="20",
+                                   LOCKSTEP_DEMO_PREBUILT="1"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"the lockstep command is {build}/src/lockstep; ./run install ~/.local" in done.stdout, done.stdout
 

@@ -186,7 +186,7 @@ def test_logits_match_hugging_face(tmp_path, case):
     done = run("import", "hf", hf, "-o", out, *(["--length", str(length)] if length else []))
     assert done.returncode == 0, done.stderr.decode()
     text = done.stdout.decode()
-    assert "no tokenizer: the model takes token ids" in text
+    assert "tokenizer  none: token ids only (no tokenizer for its " in text
     meta = json.load(open(os.path.join(out, "model.json")))
     c = meta["config"]
     assert c["length"] == (length or config["max_position_embeddings"])
@@ -315,3 +315,20 @@ def test_python_binding(extension, tmp_path):
     with pytest.raises(RuntimeError, match="rope_scaling"):
         make_hf(str(tmp_path / "hf2"), extra_config={"rope_scaling": {"factor": 2.0}})
         extension.import_hf(str(tmp_path / "hf2"), str(tmp_path / "x"))
+
+
+def test_import_and_inspect_say_one_rule_for_how_text_becomes_ids(tmp_path):
+    """A 256-id model without a tokenizer: import said "no tokenizer: the model takes token ids"
+    while inspect said bytes and generate --prompt took text (issue 42). Both print the same line;
+    a model of another vocabulary takes ids only, said the same way by both."""
+    for vocab, want in ((256, "tokenizer  bytes (the ids are the text's UTF-8 bytes)"),
+                        (40, "tokenizer  none: token ids only (no tokenizer for its 40 ids; text is refused)")):
+        hf, out = str(tmp_path / f"hf{vocab}"), str(tmp_path / f"m{vocab}")
+        make_hf(hf, vocab=vocab)
+        done = run("import", "hf", hf, "-o", out)
+        assert done.returncode == 0, done.stderr.decode()
+        said = [l for l in done.stdout.decode().splitlines() if l.startswith("tokenizer")]
+        shown = [l for l in run("inspect", out).stdout.decode().splitlines() if l.startswith("tokenizer")]
+        assert said == shown == [want], (said, shown)
+        if vocab == 256:
+            assert run("generate", out, "--prompt", "hi", "-n", "3", "--temperature", "0").returncode == 0

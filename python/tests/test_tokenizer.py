@@ -57,7 +57,7 @@ def imported(spm, tmp_path_factory):
     out = str(d / "m")
     done = run("import", "hf", hf, "-o", out, "--length", "32")
     assert done.returncode == 0, done.stderr.decode()
-    assert b"tokenizer: tokenizer.model (SentencePiece)" in done.stdout
+    assert b"tokenizer  sentencepiece " in done.stdout and b"(copied into the model directory)" in done.stdout
     return out
 
 

@@ -54,6 +54,10 @@ CLI::Validator seed_range();
 
 // "109.8 KiB"
 std::string human_bytes(double bytes);
+// How a model directory's text becomes ids, as `inspect` and `import` print it after
+// "tokenizer  ": its tokenizer (type, file, pieces, sha256), "bytes (...)" for a vocabulary of
+// 256 without one, else "none: token ids only (...)". One rule for every command.
+std::string tokenizer_line(const std::string& model_dir, int32_t vocab_size);
 // "1,234,567"
 std::string with_commas(int64_t n);
 // "[1, 256, 256]"

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "lockstep/tokenizer.hpp"
 
 namespace lockstep::cli {
 
@@ -68,6 +69,13 @@ LoadOptions ModelFlags::load_options() const {
   LoadOptions o = device.load_options();
   o.trained = trained;
   return o;
+}
+
+std::string tokenizer_line(const std::string& model_dir, int32_t vocab_size) {
+  if (const std::unique_ptr<Tokenizer> t = Tokenizer::for_model(model_dir))
+    return std::string(t->type()) + " " + t->file() + ", " + std::to_string(t->size()) + " pieces, sha256 " + t->sha256();
+  if (vocab_size == 256) return "bytes (the ids are the text's UTF-8 bytes)";
+  return "none: token ids only (no tokenizer for its " + std::to_string(vocab_size) + " ids; text is refused)";
 }
 
 std::string human_bytes(double bytes) {

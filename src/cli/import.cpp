@@ -41,10 +41,9 @@ Run add_import(CLI::App& app) {
     std::printf("wrote %s: vocab %d, window %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d%s\n", f->out.c_str(),
                 c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff,
                 r.tied ? ", head tied to the embedding (stored as its transpose)" : "");
-    if (r.tokenizer_model)
-      std::printf("tokenizer: tokenizer.model (SentencePiece), copied into the model directory\n");
-    else
-      std::printf("no tokenizer: the model takes token ids\n");
+    // The same line `inspect` prints for the directory written (one rule for how text becomes ids).
+    std::printf("tokenizer  %s%s\n", tokenizer_line(f->out, c.vocab_size).c_str(),
+                r.tokenizer_model ? " (copied into the model directory)" : "");
     return 0;
   };
 }

@@ -41,12 +41,7 @@ Run add_inspect(CLI::App& app) {
                 model->weight_format().c_str());
     std::printf("sha256     %s\n", model->parameters_sha256().c_str());
     // How text becomes ids: the model's tokenizer, the bytes themselves, or nothing.
-    if (const std::unique_ptr<Tokenizer> t = Tokenizer::for_model(f->model.path))
-      std::printf("tokenizer  %s %s, %d pieces, sha256 %s\n", t->type(), t->file().c_str(), t->size(), t->sha256().c_str());
-    else if (c.vocab_size == 256)
-      std::printf("tokenizer  bytes (the ids are the text's UTF-8 bytes)\n");
-    else
-      std::printf("tokenizer  none: token ids only (no tokenizer for its %d ids; text is refused)\n", c.vocab_size);
+    std::printf("tokenizer  %s\n", tokenizer_line(f->model.path, c.vocab_size).c_str());
     if (f->parameters) {
       for (const auto& e : model->registry().entries())
         std::printf("  %-24s %-14s offset %s\n", e.name.c_str(), shape_text(e.shape).c_str(),

@@ -204,21 +204,43 @@ Run add_serve(CLI::App& app) {
     const std::shared_ptr<const Model> model = Model::load(f->model.path, load);
     Server server = loading ? Server(model, std::move(options), *loading) : Server(model, std::move(options));
     const ServerOptions& o = server.options();
+    // What listens, and how. The frame protocol's line is the reference document's own
+    // (docs/SPEC-NOTES.md), its calls' tensors below it; with --http, each address says which
+    // protocol it speaks, so that an HTTP-only server does not describe frames it never takes.
     std::string where;
+    bool frames = false, http = false;
     for (const std::string& e : server.endpoints()) {
+      const bool is_http = e.rfind("http://", 0) == 0;
+      frames = frames || !is_http;
+      http = http || is_http;
+    }
+    const std::string calls = "up to " + count(static_cast<uint64_t>(o.batch), "call", "calls") + " a run";
+    for (const std::string& e : server.endpoints()) {
+      const bool is_http = e.rfind("http://", 0) == 0;
       if (!where.empty()) where += " and ";
       where += e.rfind("unix:", 0) == 0 ? e.substr(5) : e;
+      if (!http) continue;
+      where += is_http ? " (HTTP, the OpenAI API: up to " +
+                             count(static_cast<uint64_t>(o.http_options.max_active), "generation", "generations") +
+                             " a step)"
+                       : " (frames: " + calls + ")";
     }
-    std::printf("serving %s on %s, up to %s a run\n", model->source().directory.c_str(), where.c_str(),
-                count(static_cast<uint64_t>(o.batch), "call", "calls").c_str());
-    std::fputs(io_lines(server.layout().inputs(), server.layout().outputs()).c_str(), stdout);
+    std::printf("serving %s on %s%s\n", model->source().directory.c_str(), where.c_str(),
+                http ? "" : (", " + calls).c_str());
+    if (frames) std::fputs(io_lines(server.layout().inputs(), server.layout().outputs()).c_str(), stdout);
     std::fflush(stdout);
     SignalWatcher watcher(stop_signals, server);
     const ServerStats stats = server.serve();
     const int signo = watcher.received();
-    std::printf("lockstep serve: stopped by %s, %s in %s, %s computed, %s reused\n", signal_name(signo),
+    std::string http_counts;
+    if (http)
+      http_counts = "; " + count(stats.http_requests, "HTTP request", "HTTP requests") + ", " +
+             count(stats.generations, "generation", "generations") + " of " +
+             count(stats.generated_tokens, "token", "tokens");
+    std::printf("lockstep serve: stopped by %s, %s in %s, %s computed, %s reused%s\n", signal_name(signo),
                 count(stats.calls, "call", "calls").c_str(), count(stats.runs, "run", "runs").c_str(),
-                count(stats.rows_computed, "row", "rows").c_str(), count(stats.rows_reused, "row", "rows").c_str());
+                count(stats.rows_computed, "row", "rows").c_str(), count(stats.rows_reused, "row", "rows").c_str(),
+                http_counts.c_str());
     std::fflush(stdout);
     return signo ? 128 + signo : 0;
   };

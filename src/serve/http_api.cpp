@@ -142,8 +142,14 @@ json parse_body(const std::string& body, const std::string& model_name) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+  } catch (const json::parse_error& e) {
+    // nlohmann's text less its own tag ("[json.exception.parse_error.101] parse error at "), so
+    // that the client reads where and what, not the parser's internals.
+    std::string what = e.what();
+    if (const size_t tag = what.find("] "); what.rfind("[json.exception.", 0) == 0 && tag != std::string::npos)
+      what.erase(0, tag + 2);
+    if (what.rfind("parse error at ", 0) == 0) what.erase(0, 15);
+    throw ApiError(400, "the body is not valid JSON (byte " + std::to_string(e.byte) + ", " + what + ")");
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
   // A request naming another model is refused, never answered by this one: during a rolling

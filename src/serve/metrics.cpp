@@ -91,6 +91,19 @@ void Metrics::count_finished(Finish finish) {
   finished_[static_cast<size_t>(finish)].fetch_add(1, std::memory_order_relaxed);
 }
 
+uint64_t Metrics::generations_ended() const {
+  uint64_t n = 0;
+  for (const auto& f : finished_) n += f.load(std::memory_order_relaxed);
+  return n;
+}
+
+uint64_t Metrics::requests_answered() const {
+  std::lock_guard lock(mutex_);
+  uint64_t n = 0;
+  for (const auto& [key, count] : requests_) n += count;
+  return n;
+}
+
 void Metrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard lock(mutex_);
   ++requests_[{endpoint, status}];

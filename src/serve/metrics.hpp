@@ -43,6 +43,8 @@ struct Metrics {
   Histogram time_per_token;         // seconds between a generation's tokens
   Histogram generation_length;      // tokens each generation (one per choice) ended with
   void count_finished(Finish finish);  // a generation has ended so
+  uint64_t requests_answered() const;  // HTTP requests counted, every endpoint and status
+  uint64_t generations_ended() const;  // generations counted, every finish reason
 
   // The exposition, every sample labelled replica="<replica>" so that scrapes of several
   // replicas stay apart; `rows_reused`/`rows_computed` are the frame protocol's and the HTTP

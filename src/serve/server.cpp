@@ -306,8 +306,10 @@ const ServerOptions& Server::options() const { return impl_->options; }
 std::vector<std::string> Server::endpoints() const { return impl_->endpoint_names; }
 
 ServerStats Server::stats() const {
+  const serve::Metrics& http = impl_->metrics;
   return {impl_->calls.load(std::memory_order_relaxed), impl_->batcher.runs(), impl_->batcher.rows_computed(),
-          impl_->batcher.rows_reused()};
+          impl_->batcher.rows_reused(), http.requests_answered(), http.generations_ended(),
+          http.generation_tokens.load(std::memory_order_relaxed)};
 }
 
 void Server::stop() noexcept {

@@ -884,3 +884,38 @@ def test_listen_refusals(model, args, message):
 def test_help_says_why_loopback():
     r = run("serve", "--help")
     assert b"--listen-any" in r.stdout and b"authentication" in r.stdout
+
+
+@pytest.mark.parametrize("body,where", [(b'{"prompt": "a",', "byte 16"), (b"{x}", "byte 2"),
+                                        (b"", "byte 1"), (b'{"prompt": "\xff"}', "byte 13")])
+def test_a_body_that_is_not_json_says_where_without_the_parsers_internals(shared_server, body, where):
+    """The 400 said '[json.exception.parse_error.101] parse error at ...', nlohmann's own tag
+    (issue 42); it says the byte, line and column and what the parser expected."""
+    status, _, data = shared_server.request("POST", "/v1/completions", body)
+    assert status == 400, data
+    message = json.loads(data)["error"]["message"]
+    assert message.startswith("the body is not valid JSON (" + where + ", line 1, column "), message
+    assert "json.exception" not in message and "parse_error" not in message, message
+
+
+def test_the_start_and_stop_lines_say_what_listens_and_count_http(serve, tmp_path):
+    """With --http alone the start line printed the frame protocol's `up to 1 call a run` and
+    its tensors, and the stop line `0 calls in 0 runs` after any number of HTTP tokens (issue
+    42): the start line says which protocol each address speaks, the tensors come only with a
+    frame endpoint, and the stop line counts HTTP requests, generations and tokens."""
+    s = serve("--http", "127.0.0.1:0")
+    assert s.banner == f"serving {s.model} on http://127.0.0.1:{s.port} (HTTP, the OpenAI API: up to 64 generations a step)", s.banner
+    for seed in (1, 2):
+        status, _ = s.post("/v1/completions", dict(prompt="The ", max_tokens=5, n=2, seed=seed))
+        assert status == 200
+    assert s.stop() == 128 + signal.SIGTERM
+    lines = s.out().splitlines()
+    assert len(lines) == 2 and "inputs" not in s.out(), s.out()
+    assert lines[-1] == ("lockstep serve: stopped by SIGTERM, 0 calls in 0 runs, 0 rows computed, 0 rows reused; "
+                         "2 HTTP requests, 4 generations of 20 tokens"), lines[-1]
+    sock = str(tmp_path / "s.sock")
+    both = serve("--http", "127.0.0.1:0", "--socket", sock, "--batch", "4")
+    assert f"{sock} (frames: up to 4 calls a run)" in both.banner, both.banner
+    assert "(HTTP, the OpenAI API: up to 64 generations a step)" in both.banner, both.banner
+    assert "inputs" in both.out(), both.out()
+    both.stop()
