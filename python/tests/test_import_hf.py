@@ -309,6 +309,29 @@ def test_export_gguf_refuses_biases_and_scaling(tmp_path):
         assert (b"biases     q, k, v" if case == "f32-qwen2" else b"llama3 scaling: factor 8") in shown.stdout
 
 
+def test_python_sees_biases_and_scaling(extension, tmp_path):
+    import pickle
+    for case in ("f16-llama-attention-bias-llama3", "f32-qwen2"):
+        hf = str(tmp_path / case)
+        config, weights = make_hf(hf, **CASES[case])
+        extension.import_hf(hf, str(tmp_path / (case + "-m")))
+        lm = extension.LanguageModelInference.from_checkpoint(str(tmp_path / (case + "-m")))
+        c = lm.shape
+        assert c.qkv_bias and c.o_bias == (case != "f32-qwen2")
+        if case == "f32-qwen2":
+            assert c.rope_scaling is None and "rope_scaling" not in repr(c)
+        else:
+            assert c.rope_scaling == {"type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
+                                      "original_max_position_embeddings": 32}
+            assert "rope_scaling=" in repr(c) and "o_bias=True" in repr(c)
+        back = pickle.loads(pickle.dumps(c))
+        assert back == c and hash(back) == hash(c) and repr(back) == repr(c)
+        plain = extension.LanguageModelConfig(vocab_size=c.vocab_size, length=c.length, d_model=c.d_model,
+                                              n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads,
+                                              d_ff=c.d_ff, norm_eps=c.norm_eps, rope_theta=c.rope_theta, batch=c.batch)
+        assert plain != c and not plain.qkv_bias and plain.rope_scaling is None
+
+
 REFUSALS = [
     (dict(extra_config={"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), "'rope_scaling'"),
     (dict(extra_config={"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}), "'rope_scaling'"),
