@@ -3,7 +3,9 @@
 //
 // The model is a Llama-style decoder over bytes (vocab 256 by default): token embedding, n_layers
 // blocks of (RMSNorm, causal multi-head attention with interleaved-pair RoPE, residual; RMSNorm,
-// SwiGLU MLP, residual), a final RMSNorm and an untied output head, with no biases.
+// SwiGLU MLP, residual), a final RMSNorm and an untied output head. Imported models may add
+// biases to the attention's projections (qkv_bias, o_bias) and Llama 3's RoPE frequency scaling
+// (rope_scaling); models without them have neither (docs/ARITHMETIC.md).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,17 @@ struct ModelSource {
   bool trained_weights = false;           // a checkpoint's trained weights rather than its EMA
 };
 
+// Llama 3's RoPE frequency scaling (Hugging Face's rope_scaling with rope_type "llama3"):
+// docs/ARITHMETIC.md, "RoPE", gives the frequencies it defines.
+struct RopeScaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int32_t original_max_position = 8192;  // original_max_position_embeddings
+
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelConfig {
   int32_t vocab_size = 256;  // token ids are in [0, vocab_size); 256 means the byte values
   int32_t length = 256;      // the window: most positions one row holds
@@ -51,6 +64,11 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   int32_t batch = 8;  // rows of the training batch; loss_bits takes ids [batch, length + 1]
+  // Biases added to q, k and v after their matmuls (Qwen2; Llama's attention_bias), and to the
+  // attention's output projection (Llama's attention_bias). Absent from model.json when false.
+  bool qkv_bias = false;
+  bool o_bias = false;
+  std::optional<RopeScaling> rope_scaling;  // absent: theta^(-2i/head_dim), unscaled
 
   int32_t head_dim() const { return d_model / n_heads; }
   int32_t q_dim() const { return n_heads * head_dim(); }
@@ -80,7 +98,9 @@ struct ParameterInfo {
 // Names, shapes and offsets of every parameter in one fixed order (docs/FORMAT.md):
 //   embed [vocab, d_model]
 //   per layer i: layers.i.attn_norm [d_model], layers.i.wq [d_model, q_dim],
-//     layers.i.wk [d_model, kv_dim], layers.i.wv [d_model, kv_dim], layers.i.wo [q_dim, d_model],
+//     layers.i.wk [d_model, kv_dim], layers.i.wv [d_model, kv_dim],
+//     (qkv_bias only) layers.i.bq [q_dim], layers.i.bk [kv_dim], layers.i.bv [kv_dim],
+//     layers.i.wo [q_dim, d_model], (o_bias only) layers.i.bo [d_model],
 //     layers.i.mlp_norm [d_model], layers.i.w_gate [d_model, d_ff], layers.i.w_up [d_model, d_ff],
 //     layers.i.w_down [d_ff, d_model]
 //   final_norm [d_model], head [d_model, vocab]
@@ -97,6 +117,8 @@ class ParameterRegistry {
   // Offsets of the tensors the forward pass reads, resolved once.
   struct Layer {
     int64_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+    // -1 when the model has none; bq, bk, bv are consecutive ([bq | bk | bv] at bq).
+    int64_t bq = -1, bk = -1, bv = -1, bo = -1;
   };
   int64_t embed() const { return embed_; }
   const Layer& layer(int32_t i) const { return layers_[static_cast<size_t>(i)]; }

@@ -65,6 +65,19 @@ int32_t dimension(const char* name, py::handle value) {
   return static_cast<int32_t>(*v);
 }
 
+// An imported model's Llama 3 RoPE scaling as model.json writes it, or None.
+py::object scaling_dict(const ModelConfig& c) {
+  if (!c.rope_scaling) return py::none();
+  const RopeScaling& r = *c.rope_scaling;
+  py::dict d;
+  d["type"] = "llama3";
+  d["factor"] = r.factor;
+  d["low_freq_factor"] = r.low_freq_factor;
+  d["high_freq_factor"] = r.high_freq_factor;
+  d["original_max_position_embeddings"] = r.original_max_position;
+  return d;
+}
+
 std::string repr(const ModelConfig& c) {
   return "LanguageModelConfig(vocab_size=" + std::to_string(c.vocab_size) +
          ", length=" + std::to_string(c.length) + ", d_model=" + std::to_string(c.d_model) +
@@ -72,12 +85,22 @@ std::string repr(const ModelConfig& c) {
          ", n_kv_heads=" + std::to_string(c.n_kv_heads) + ", d_ff=" + std::to_string(c.d_ff) +
          ", norm_eps=" + py::repr(py::float_(c.norm_eps)).cast<std::string>() +
          ", rope_theta=" + py::repr(py::float_(c.rope_theta)).cast<std::string>() +
-         ", batch=" + std::to_string(c.batch) + ")";
+         ", batch=" + std::to_string(c.batch) +
+         (c.qkv_bias ? ", qkv_bias=True" : "") + (c.o_bias ? ", o_bias=True" : "") +
+         (c.rope_scaling ? ", rope_scaling=" + py::repr(scaling_dict(c)).cast<std::string>() : "") + ")";
 }
 
+// Equality, hashing and pickling: the ten dimensions, and an imported model's biases and RoPE
+// scaling after them only when it has any (a plain configuration's key is as it always was).
 py::tuple key(const ModelConfig& c) {
-  return py::make_tuple(c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads,
-                        c.d_ff, c.norm_eps, c.rope_theta, c.batch);
+  py::tuple base = py::make_tuple(c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads,
+                                  c.d_ff, c.norm_eps, c.rope_theta, c.batch);
+  if (!c.qkv_bias && !c.o_bias && !c.rope_scaling) return base;
+  py::object scaling = py::none();
+  if (c.rope_scaling)
+    scaling = py::make_tuple(c.rope_scaling->factor, c.rope_scaling->low_freq_factor,
+                             c.rope_scaling->high_freq_factor, c.rope_scaling->original_max_position);
+  return py::reinterpret_steal<py::tuple>(PySequence_Concat(base.ptr(), py::make_tuple(c.qkv_bias, c.o_bias, scaling).ptr()));
 }
 
 void bind_config(py::module_& m) {
@@ -121,6 +144,10 @@ ValueError naming the field.
       .def_readonly("batch", &ModelConfig::batch,
                     "Rows of the training batch: loss_bits and train_step take "
                     "[batch, length + 1].")
+      .def_readonly("qkv_bias", &ModelConfig::qkv_bias, "Biases on q, k and v (an imported Qwen2).")
+      .def_readonly("o_bias", &ModelConfig::o_bias, "A bias on the attention output (Llama's attention_bias).")
+      .def_property_readonly("rope_scaling", &scaling_dict,
+                             "Llama 3's RoPE scaling as model.json records it (a dict), or None.")
       .def_property_readonly("head_dim", &ModelConfig::head_dim)
       .def_property_readonly(
           "parameter_names",
@@ -169,7 +196,7 @@ ValueError naming the field.
       .def("__deepcopy__", [](const ModelConfig& c, const py::dict&) { return c; })
       .def(py::pickle([](const ModelConfig& c) { return key(c); },
                       [](py::tuple t) {
-                        if (t.size() != 10) throw py::value_error("LanguageModelConfig: bad pickled state");
+                        if (t.size() != 10 && t.size() != 13) throw py::value_error("LanguageModelConfig: bad pickled state");
                         ModelConfig c;
                         c.vocab_size = t[0].cast<int32_t>();
                         c.length = t[1].cast<int32_t>();
@@ -181,6 +208,15 @@ ValueError naming the field.
                         c.norm_eps = t[7].cast<float>();
                         c.rope_theta = t[8].cast<float>();
                         c.batch = t[9].cast<int32_t>();
+                        if (t.size() == 13) {
+                          c.qkv_bias = t[10].cast<bool>();
+                          c.o_bias = t[11].cast<bool>();
+                          if (!t[12].is_none()) {
+                            const py::tuple r = t[12].cast<py::tuple>();
+                            c.rope_scaling = RopeScaling{r[0].cast<float>(), r[1].cast<float>(), r[2].cast<float>(),
+                                                         r[3].cast<int32_t>()};
+                          }
+                        }
                         c.validate();
                         return c;
                       }));

@@ -3,7 +3,9 @@
 tied embeddings or an lm_head) is imported, and lockstep's logits (`lockstep call`) are compared
 with an independent float64 forward pass written here the way Hugging Face's LlamaForCausalLM
 computes it (rotate_half RoPE): the largest absolute difference over the largest absolute logit
-stays below 1e-5. Refusals name the field. docs/FORMAT.md, "Hugging Face import"."""
+stays below 1e-5. Qwen2ForCausalLM (biases on q, k and v), Llama with attention_bias (and on o)
+and Llama 3's rope_scaling (rope_type "llama3") are checked the same way. Refusals name the field.
+docs/FORMAT.md, "Hugging Face import"."""
 
 import json
 import os
@@ -50,8 +52,10 @@ def write_safetensors(path, tensors):
 
 def make_hf(path, *, vocab=40, hidden=32, inter=48, heads=4, kv_heads=4, layers=2, max_pos=16,
             theta=10000.0, eps=1e-5, tied=False, dtype="F32", shards=1, seed=0, extra_config=None,
-            extra_tensors=None):
-    """Writes a random LlamaForCausalLM directory; returns the f64 weights as stored, by HF name."""
+            extra_tensors=None, arch="llama", attention_bias=False, rope_scaling=None):
+    """Writes a random LlamaForCausalLM (arch "llama") or Qwen2ForCausalLM ("qwen2": biases on q,
+    k and v) directory; returns the config and the f64 weights as stored, by HF name.
+    attention_bias (llama): biases on q, k, v and o."""
     rng = np.random.default_rng(seed)
     hd = hidden // heads
     shapes = {"model.embed_tokens.weight": (vocab, hidden)}
@@ -68,12 +72,19 @@ def make_hf(path, *, vocab=40, hidden=32, inter=48, heads=4, kv_heads=4, layers=
             p + "mlp.up_proj.weight": (inter, hidden),
             p + "mlp.down_proj.weight": (hidden, inter),
         })
+        if arch == "qwen2" or attention_bias:
+            shapes.update({p + "self_attn.q_proj.bias": (heads * hd,), p + "self_attn.k_proj.bias": (kv_heads * hd,),
+                           p + "self_attn.v_proj.bias": (kv_heads * hd,)})
+        if attention_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (hidden,)
     shapes["model.norm.weight"] = (hidden,)
     if not tied:
         shapes["lm_head.weight"] = (vocab, hidden)
     weights, raw = {}, {}
     for name, shape in shapes.items():
-        if len(shape) == 1:
+        if name.endswith(".bias"):
+            v = 0.5 * rng.standard_normal(shape)
+        elif len(shape) == 1:
             v = 1.0 + 0.2 * rng.standard_normal(shape)
         elif name == "model.embed_tokens.weight":
             v = rng.standard_normal(shape)
@@ -99,13 +110,17 @@ def make_hf(path, *, vocab=40, hidden=32, inter=48, heads=4, kv_heads=4, layers=
         json.dump({"metadata": {}, "weight_map": weight_map},
                   open(os.path.join(path, "model.safetensors.index.json"), "w"))
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "architectures": ["Qwen2ForCausalLM" if arch == "qwen2" else "LlamaForCausalLM"], "model_type": arch,
+        "hidden_act": "silu",
         "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": heads,
         "num_key_value_heads": kv_heads, "num_hidden_layers": layers, "vocab_size": vocab,
         "max_position_embeddings": max_pos, "rms_norm_eps": eps, "rope_theta": theta,
-        "rope_scaling": None, "attention_bias": False, "mlp_bias": False,
-        "tie_word_embeddings": tied, "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype],
+        "rope_scaling": rope_scaling, "tie_word_embeddings": tied, "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype],
     }
+    if arch == "qwen2":  # as Qwen2's config.json has them: a window it does not use
+        config.update({"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 28})
+    else:
+        config.update({"attention_bias": attention_bias, "mlp_bias": False})
     config.update(extra_config or {})
     json.dump(config, open(os.path.join(path, "config.json"), "w"))
     return config, weights
@@ -126,6 +141,18 @@ def hf_forward(config, w, ids):
         return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
     inv_freq = 1.0 / (config["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    scaling = config.get("rope_scaling")
+    if scaling:  # Llama 3: slow the long wavelengths by `factor`, keep the short, blend between
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv_freq
+        smooth = (old / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = np.where(wavelen > old / low, inv_freq / factor,
+                            np.where(wavelen < old / high, inv_freq, blended))
+    qwen2 = config["model_type"] == "qwen2"
+    qkv_bias, o_bias = qwen2 or config.get("attention_bias"), not qwen2 and config.get("attention_bias")
+    bias = lambda name, n: w[name] if n else 0.0
     freqs = np.arange(T, dtype=np.float64)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)  # [T, hd]
     cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
@@ -135,9 +162,9 @@ def hf_forward(config, w, ids):
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rmsnorm(x, w[p + "input_layernorm.weight"])
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, heads, hd)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, kv, hd)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, kv, hd)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T + bias(p + "self_attn.q_proj.bias", qkv_bias)).reshape(T, heads, hd)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T + bias(p + "self_attn.k_proj.bias", qkv_bias)).reshape(T, kv, hd)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T + bias(p + "self_attn.v_proj.bias", qkv_bias)).reshape(T, kv, hd)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = np.repeat(k, heads // kv, axis=1)  # repeat_kv: head h reads key/value head h // n_rep
@@ -146,7 +173,7 @@ def hf_forward(config, w, ids):
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
         att = np.einsum("hts,shd->thd", probs, v).reshape(T, heads * hd)
-        x = x + att @ w[p + "self_attn.o_proj.weight"].T
+        x = x + (att @ w[p + "self_attn.o_proj.weight"].T + bias(p + "self_attn.o_proj.bias", o_bias))
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"])
         gate = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T
@@ -173,6 +200,21 @@ CASES = {
     "bf16-gqa-sharded": dict(dtype="BF16", kv_heads=1, heads=4, shards=3, seed=2, layers=3, theta=500000.0),
     "f32-gqa-tied-sharded": dict(dtype="F32", kv_heads=2, tied=True, shards=2, seed=3, hidden=64, inter=96,
                                  heads=4, max_pos=64, eps=1e-6),
+    # Llama 3 scaling, head_dim 16 (wavelengths 6.3 kept, 19.9 and 63 blended, 199 and up slowed).
+    "f32-llama3-scaling": dict(dtype="F32", kv_heads=2, seed=6, hidden=64, inter=96, heads=4, max_pos=32,
+                               theta=10000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                            "high_freq_factor": 4.0,
+                                                            "original_max_position_embeddings": 64}),
+    "bf16-llama3-scaling-sharded": dict(dtype="BF16", kv_heads=1, seed=7, shards=2, hidden=64, heads=2, max_pos=24,
+                                        theta=500000.0, rope_scaling={"factor": 32.0, "low_freq_factor": 1.0,
+                                                                      "high_freq_factor": 4.0, "type": "llama3",
+                                                                      "original_max_position_embeddings": 128}),
+    "f32-qwen2": dict(arch="qwen2", dtype="F32", kv_heads=2, seed=8, theta=1000000.0, eps=1e-6),
+    "bf16-qwen2-tied": dict(arch="qwen2", dtype="BF16", kv_heads=1, seed=9, tied=True, layers=3),
+    "f16-llama-attention-bias-llama3": dict(dtype="F16", kv_heads=2, seed=10, attention_bias=True,
+                                            rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                                          "high_freq_factor": 2.0,
+                                                          "original_max_position_embeddings": 32}),
 }
 
 
@@ -221,9 +263,84 @@ def test_the_permutation_matters(tmp_path):
     assert np.abs(got - bad).max() / np.abs(bad).max() > 1e-3
 
 
+@pytest.mark.parametrize("case", ["f32-llama3-scaling", "f32-qwen2", "f16-llama-attention-bias-llama3"])
+def test_scaling_and_biases_matter(tmp_path, case):
+    """The checks above see each new part: the logits without the scaling, or without any one
+    bias, are far from lockstep's; and the imported model.json records the parts."""
+    hf = str(tmp_path / "hf")
+    config, weights = make_hf(hf, **CASES[case])
+    out = str(tmp_path / "imported")
+    assert run("import", "hf", hf, "-o", out).returncode == 0
+    c = json.load(open(os.path.join(out, "model.json")))["config"]
+    assert c.get("qkv_bias", False) == (config["model_type"] == "qwen2" or config.get("attention_bias", False))
+    assert c.get("o_bias", False) == (config["model_type"] == "llama" and config.get("attention_bias", False))
+    if config["rope_scaling"]:
+        s = config["rope_scaling"]
+        assert c["rope_scaling"] == {"type": "llama3", "factor": s["factor"], "low_freq_factor": s["low_freq_factor"],
+                                     "high_freq_factor": s["high_freq_factor"],
+                                     "original_max_position_embeddings": s["original_max_position_embeddings"]}
+    else:
+        assert "rope_scaling" not in c
+    ids = np.random.default_rng(3).integers(0, config["vocab_size"], size=c["length"])
+    got = lockstep_logits(out, ids, config["vocab_size"])
+    variants = []
+    if config["rope_scaling"]:
+        variants.append(("no scaling", dict(config, rope_scaling=None), weights))
+    for name in weights:
+        if name.endswith(".bias"):
+            variants.append((name, config, dict(weights, **{name: np.zeros_like(weights[name])})))
+    assert variants
+    for what, cfg, w in variants:
+        bad = hf_forward(cfg, w, ids)
+        assert np.abs(got - bad).max() / np.abs(bad).max() > 1e-4, what
+
+
+def test_export_gguf_refuses_biases_and_scaling(tmp_path):
+    for case, needle in [("f32-qwen2", "attention biases (qkv_bias)"), ("f32-llama3-scaling", "rope_scaling")]:
+        hf = str(tmp_path / case)
+        make_hf(hf, **CASES[case])
+        out = str(tmp_path / (case + "-m"))
+        assert run("import", "hf", hf, "-o", out).returncode == 0
+        done = run("export-gguf", out, "-o", str(tmp_path / "x.gguf"))
+        assert done.returncode != 0 and needle in done.stderr.decode(), done.stderr.decode()
+        assert not os.path.exists(tmp_path / "x.gguf")
+        shown = run("inspect", out)
+        assert shown.returncode == 0
+        assert (b"biases     q, k, v" if case == "f32-qwen2" else b"llama3 scaling: factor 8") in shown.stdout
+
+
+def test_python_sees_biases_and_scaling(extension, tmp_path):
+    import pickle
+    for case in ("f16-llama-attention-bias-llama3", "f32-qwen2"):
+        hf = str(tmp_path / case)
+        config, weights = make_hf(hf, **CASES[case])
+        extension.import_hf(hf, str(tmp_path / (case + "-m")))
+        lm = extension.LanguageModelInference.from_checkpoint(str(tmp_path / (case + "-m")))
+        c = lm.shape
+        assert c.qkv_bias and c.o_bias == (case != "f32-qwen2")
+        if case == "f32-qwen2":
+            assert c.rope_scaling is None and "rope_scaling" not in repr(c)
+        else:
+            assert c.rope_scaling == {"type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
+                                      "original_max_position_embeddings": 32}
+            assert "rope_scaling=" in repr(c) and "o_bias=True" in repr(c)
+        back = pickle.loads(pickle.dumps(c))
+        assert back == c and hash(back) == hash(c) and repr(back) == repr(c)
+        plain = extension.LanguageModelConfig(vocab_size=c.vocab_size, length=c.length, d_model=c.d_model,
+                                              n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads,
+                                              d_ff=c.d_ff, norm_eps=c.norm_eps, rope_theta=c.rope_theta, batch=c.batch)
+        assert plain != c and not plain.qkv_bias and plain.rope_scaling is None
+
+
 REFUSALS = [
     (dict(extra_config={"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), "'rope_scaling'"),
-    (dict(extra_config={"attention_bias": True}), "'attention_bias'"),
+    (dict(extra_config={"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}), "'rope_scaling'"),
+    (dict(extra_config={"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                         "beta": 1}}), "'rope_scaling' has 'beta'"),
+    (dict(extra_config={"attention_bias": True}), "self_attn.q_proj.bias"),
+    (dict(arch="qwen2", extra_config={"use_sliding_window": True}), "'use_sliding_window'"),
+    (dict(arch="qwen2", attention_bias=True), "'model.layers.0.self_attn.o_proj.bias' is a bias"),
     (dict(extra_config={"mlp_bias": True}), "'mlp_bias'"),
     (dict(extra_config={"hidden_act": "gelu"}), "'hidden_act'"),
     (dict(extra_config={"sliding_window": 4096}), "'sliding_window'"),

@@ -34,6 +34,13 @@ Run add_inspect(CLI::App& app) {
                 "n_kv_heads %d, d_ff %d, norm_eps %g, rope_theta %g, batch %d\n",
                 c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff,
                 static_cast<double>(c.norm_eps), static_cast<double>(c.rope_theta), c.batch);
+    if (c.qkv_bias || c.o_bias)
+      std::printf("biases     %s%s\n", c.qkv_bias ? "q, k, v" : "", c.o_bias ? (c.qkv_bias ? ", o" : "o") : "");
+    if (c.rope_scaling)
+      std::printf("rope       llama3 scaling: factor %g, low_freq_factor %g, high_freq_factor %g, "
+                  "original_max_position_embeddings %d\n",
+                  static_cast<double>(c.rope_scaling->factor), static_cast<double>(c.rope_scaling->low_freq_factor),
+                  static_cast<double>(c.rope_scaling->high_freq_factor), c.rope_scaling->original_max_position);
     std::fputs(io_lines(model_inputs(c), model_outputs(c)).c_str(), stdout);
     const int64_t n = model->registry().total();
     std::printf("parameters %s in %zu tensors, %s as f32, weights %s\n", with_commas(n).c_str(),

@@ -45,6 +45,16 @@ void ModelConfig::validate() const {
   require(std::isfinite(norm_eps) && norm_eps > 0.0f, "norm_eps must be a positive finite number");
   require(std::isfinite(rope_theta) && rope_theta > 1.0f, "rope_theta must be a finite number > 1");
   require(batch >= 1 && batch <= kMaxBatch, range("batch", batch, 1, kMaxBatch));
+  if (rope_scaling) {
+    const RopeScaling& s = *rope_scaling;
+    require(std::isfinite(s.factor) && s.factor >= 1.0f, "rope_scaling.factor must be a finite number >= 1");
+    require(std::isfinite(s.low_freq_factor) && s.low_freq_factor > 0.0f,
+            "rope_scaling.low_freq_factor must be a positive finite number");
+    require(std::isfinite(s.high_freq_factor) && s.high_freq_factor > s.low_freq_factor,
+            "rope_scaling.high_freq_factor must be a finite number > low_freq_factor");
+    require(s.original_max_position >= 1 && s.original_max_position <= (1 << 24),
+            range("rope_scaling.original_max_position_embeddings", s.original_max_position, 1, 1 << 24));
+  }
   // Last, so that every dimension is in range and the count cannot overflow.
   const int64_t count = parameter_count();
   require(count <= max_parameters,
@@ -58,7 +68,8 @@ int64_t ModelConfig::parameter_count() const {
   // The registry's tensors (config.hpp): embed and head [vocab, d_model] each, final_norm, and
   // per layer two norms, wq, wk, wv, wo and the three MLP matrices.
   const int64_t d = d_model, ff = d_ff, q = q_dim(), kv = kv_dim(), v = vocab_size;
-  const int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff;
+  const int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * ff +
+                            (qkv_bias ? q + 2 * kv : 0) + (o_bias ? d : 0);
   return 2 * v * d + d + int64_t{n_layers} * per_layer;
 }
 
@@ -80,7 +91,13 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c) {
     l.wq = add(p + "wq", {d, q});
     l.wk = add(p + "wk", {d, kv});
     l.wv = add(p + "wv", {d, kv});
+    if (c.qkv_bias) {
+      l.bq = add(p + "bq", {q});
+      l.bk = add(p + "bk", {kv});
+      l.bv = add(p + "bv", {kv});
+    }
     l.wo = add(p + "wo", {q, d});
+    if (c.o_bias) l.bo = add(p + "bo", {d});
     l.mlp_norm = add(p + "mlp_norm", {d});
     l.w_gate = add(p + "w_gate", {d, ff});
     l.w_up = add(p + "w_up", {d, ff});
@@ -168,8 +185,10 @@ std::vector<float> init_parameters(const ModelConfig& config, uint64_t seed) {
   for (size_t t = 0; t < registry.entries().size(); ++t) {
     const ParameterInfo& e = registry.entries()[t];
     float* p = flat.data() + e.offset;
-    if (e.shape.size() == 1) {
-      for (int64_t i = 0; i < e.count; ++i) p[i] = 1.0f;
+    if (e.shape.size() == 1) {  // norm weights 1, biases 0
+      const bool bias = e.name.ends_with(".bq") || e.name.ends_with(".bk") ||
+                        e.name.ends_with(".bv") || e.name.ends_with(".bo");
+      for (int64_t i = 0; i < e.count; ++i) p[i] = bias ? 0.0f : 1.0f;
       continue;
     }
     const bool to_residual = e.name.ends_with(".wo") || e.name.ends_with(".w_down");

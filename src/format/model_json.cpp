@@ -29,7 +29,9 @@ constexpr std::initializer_list<const char*> kTopFields = {
     "parameter_count", "parameters"};
 constexpr std::initializer_list<const char*> kConfigFields = {
     "vocab_size", "length", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "norm_eps",
-    "rope_theta", "batch"};
+    "rope_theta", "batch", "qkv_bias", "o_bias", "rope_scaling"};
+constexpr std::initializer_list<const char*> kRopeScalingFields = {
+    "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
 constexpr std::initializer_list<const char*> kWeightsFields = {"file", "format", "parameters_sha256"};
 constexpr std::initializer_list<const char*> kCheckpointFields = {"step", "slug", "path"};
 constexpr std::initializer_list<const char*> kLoadedFields = {"name", "file", "tensor", "sha256"};
@@ -121,6 +123,19 @@ ordered render_config(const ModelConfig& c) {
   j["norm_eps"] = shortest_decimal(c.norm_eps);
   j["rope_theta"] = shortest_decimal(c.rope_theta);
   j["batch"] = c.batch;
+  // Written only when a model has them, so that every other model's model.json is as before.
+  if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.o_bias) j["o_bias"] = true;
+  if (c.rope_scaling) {
+    const RopeScaling& r = *c.rope_scaling;
+    ordered s;
+    s["type"] = "llama3";
+    s["factor"] = shortest_decimal(r.factor);
+    s["low_freq_factor"] = shortest_decimal(r.low_freq_factor);
+    s["high_freq_factor"] = shortest_decimal(r.high_freq_factor);
+    s["original_max_position_embeddings"] = r.original_max_position;
+    j["rope_scaling"] = s;
+  }
   return j;
 }
 
@@ -252,6 +267,25 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   c.norm_eps = float_field(cfg, "norm_eps", what);
   c.rope_theta = float_field(cfg, "rope_theta", what);
   c.batch = int_field(cfg, "batch", what);
+  for (const char* key : {"qkv_bias", "o_bias"}) {
+    const auto it = cfg.find(key);
+    if (it == cfg.end()) continue;
+    if (!it->is_boolean()) refuse(what, std::string("config.") + key + " is not a boolean");
+    (std::string(key) == "qkv_bias" ? c.qkv_bias : c.o_bias) = it->get<bool>();
+  }
+  if (const auto it = cfg.find("rope_scaling"); it != cfg.end()) {
+    const json& r = *it;
+    if (!r.is_object()) refuse(what, "config.rope_scaling is not a JSON object");
+    refuse_unknown_fields(r, kRopeScalingFields, what, "config.rope_scaling");
+    if (string_field(r, "type", what, "config.rope_scaling") != "llama3")
+      refuse(what, "config.rope_scaling.type is " + r["type"].dump() + "; lockstep knows \"llama3\"");
+    RopeScaling s;
+    s.factor = float_field(r, "factor", what);
+    s.low_freq_factor = float_field(r, "low_freq_factor", what);
+    s.high_freq_factor = float_field(r, "high_freq_factor", what);
+    s.original_max_position = int_field(r, "original_max_position_embeddings", what);
+    c.rope_scaling = s;
+  }
   try {
     c.validate();
   } catch (const Error& e) {

@@ -88,6 +88,16 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   const ResolvedPath resolved = resolve_model_path(model_path);
   const auto model = Model::load(resolved.model_dir);
   const ModelConfig& c = model->config();
+  // llama.cpp carries these otherwise (Qwen2's biases under its own "qwen2" architecture, Llama 3's
+  // scaling as a rope_freqs tensor of f32 factors whose frequencies are not lockstep's bits): not
+  // written yet, refused by name rather than exported as a different model.
+  if (c.qkv_bias || c.o_bias)
+    throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has attention biases (" +
+                                            std::string(c.qkv_bias ? "qkv_bias" : "o_bias") +
+                                            "); GGUF export writes the \"llama\" architecture, which has none");
+  if (c.rope_scaling)
+    throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has Llama 3 RoPE scaling (rope_scaling); "
+                                            "GGUF export does not write llama.cpp's rope_freqs yet");
   const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(resolved.model_dir);
   if (tokenizer && tokenizer->size() != c.vocab_size)
     throw Error(ErrorKind::format, resolved.model_dir + ": the tokenizer has " + std::to_string(tokenizer->size()) +

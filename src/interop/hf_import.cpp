@@ -1,4 +1,4 @@
-// import_hf: a Hugging Face LlamaForCausalLM directory as a lockstep model directory
+// import_hf: a Hugging Face LlamaForCausalLM or Qwen2ForCausalLM directory as a lockstep model directory
 // (docs/FORMAT.md, "Hugging Face import").
 //
 // Hugging Face stores each linear layer as nn.Linear's weight [out, in]; lockstep stores [in, out]
@@ -6,7 +6,8 @@
 // i + head_dim/2; lockstep pairs 2i with 2i + 1, with the same frequency theta^(-2i/head_dim) for
 // pair i. Moving the query and key projections' output rows so that HF row h*hd + e*hd/2 + i
 // becomes lockstep column h*hd + 2i + e (e in {0, 1}) makes lockstep's rotation the same rotation
-// of the same pairs; q.k is unchanged since queries and keys are moved alike.
+// of the same pairs; q.k is unchanged since queries and keys are moved alike. The q and k biases
+// (Qwen2) are moved as their rows.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -183,24 +184,55 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   if (!cfg.is_object()) throw Error(ErrorKind::format, where + ": is not a JSON object");
 
   // What the architecture is, and what lockstep's Llama lacks, each refused by its field.
+  // Qwen2 is Llama with biases on q, k and v (always) and an optional sliding window.
+  bool qwen2 = false;
   if (cfg.contains("architectures")) {
     const json& a = cfg["architectures"];
-    if (!a.is_array() || std::find(a.begin(), a.end(), json("LlamaForCausalLM")) == a.end())
-      refuse(where, "'architectures' is " + a.dump() + "; lockstep imports LlamaForCausalLM");
+    const bool llama = a.is_array() && std::find(a.begin(), a.end(), json("LlamaForCausalLM")) != a.end();
+    qwen2 = a.is_array() && std::find(a.begin(), a.end(), json("Qwen2ForCausalLM")) != a.end();
+    if (!llama && !qwen2)
+      refuse(where, "'architectures' is " + a.dump() + "; lockstep imports LlamaForCausalLM and Qwen2ForCausalLM");
   }
-  if (cfg.contains("model_type") && cfg["model_type"] != "llama")
-    refuse(where, "'model_type' is " + cfg["model_type"].dump() + "; lockstep imports \"llama\"");
+  if (cfg.contains("model_type")) {
+    const json& t = cfg["model_type"];
+    if (t != "llama" && t != "qwen2") refuse(where, "'model_type' is " + t.dump() + "; lockstep imports \"llama\" and \"qwen2\"");
+    if ((t == "qwen2") != qwen2 && cfg.contains("architectures"))
+      refuse(where, "'model_type' is " + t.dump() + " but 'architectures' is " + cfg["architectures"].dump());
+    qwen2 = t == "qwen2";
+  }
   for (const char* act : {"hidden_act", "hidden_activation"})
     if (cfg.contains(act) && !cfg[act].is_null() && cfg[act] != "silu")
       refuse(where, std::string("'") + act + "' is " + cfg[act].dump() + "; lockstep's MLP is SwiGLU (silu)");
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (cfg.contains(bias) && cfg[bias] == true) refuse(where, std::string("'") + bias + "' is true; lockstep's model has no biases");
-  if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null())
-    refuse(where, "'rope_scaling' is " + cfg["rope_scaling"].dump() + "; lockstep's RoPE has no scaling (Llama 3.1+ is not supported yet)");
-  if (cfg.contains("sliding_window") && !cfg["sliding_window"].is_null())
-    refuse(where, "'sliding_window' is " + cfg["sliding_window"].dump() + "; lockstep's attention sees the whole window");
+  if (cfg.contains("mlp_bias") && cfg["mlp_bias"] == true) refuse(where, "'mlp_bias' is true; lockstep's MLP has no biases");
+  // Llama's attention_bias puts biases on q, k, v and o; Qwen2's attention has them on q, k and v.
+  const bool attention_bias = !qwen2 && cfg.contains("attention_bias") && cfg["attention_bias"] == true;
+  if (cfg.contains("attention_bias") && !cfg["attention_bias"].is_null() && !cfg["attention_bias"].is_boolean())
+    throw Error(ErrorKind::format, where + ": 'attention_bias' is not a boolean");
+  std::optional<RopeScaling> rope_scaling;
+  if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
+    const json& r = cfg["rope_scaling"];
+    const char* type_key = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
+    if (!r.is_object() || !r.contains(type_key) || r[type_key] != "llama3")
+      refuse(where, "'rope_scaling' is " + r.dump() + "; lockstep's RoPE scaling is rope_type \"llama3\" alone");
+    const std::string w = where + ": 'rope_scaling'";
+    RopeScaling sc;
+    sc.factor = static_cast<float>(number_field(r, w, "factor"));
+    sc.low_freq_factor = static_cast<float>(number_field(r, w, "low_freq_factor"));
+    sc.high_freq_factor = static_cast<float>(number_field(r, w, "high_freq_factor"));
+    sc.original_max_position = int_field(r, w, "original_max_position_embeddings");
+    for (const auto& [key, value] : r.items())
+      if (key != "rope_type" && key != "type" && key != "factor" && key != "low_freq_factor" &&
+          key != "high_freq_factor" && key != "original_max_position_embeddings")
+        refuse(where, "'rope_scaling' has '" + key + "', which llama3 scaling does not define");
+    rope_scaling = sc;
+  }
+  // Qwen2 writes sliding_window whether or not it uses it: it is ignored when use_sliding_window
+  // is false (Qwen2's default); anywhere else a sliding window is refused.
+  const bool window_off = cfg.contains("use_sliding_window") ? cfg["use_sliding_window"] == false : qwen2;
   if (cfg.contains("use_sliding_window") && cfg["use_sliding_window"] == true)
     refuse(where, "'use_sliding_window' is true; lockstep's attention sees the whole window");
+  if (cfg.contains("sliding_window") && !cfg["sliding_window"].is_null() && !window_off)
+    refuse(where, "'sliding_window' is " + cfg["sliding_window"].dump() + "; lockstep's attention sees the whole window");
   if (is_file(dir + "/tokenizer.json") && !is_file(dir + "/tokenizer.model") && !options.ids_only)
     refuse(dir + "/tokenizer.json",
            "a Hugging Face tokenizers file without a SentencePiece tokenizer.model (as Llama 3 ships) is not "
@@ -228,6 +260,9 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     c.length = max_positions;
   }
   c.batch = options.batch;
+  c.qkv_bias = qwen2 || attention_bias;
+  c.o_bias = attention_bias;
+  c.rope_scaling = rope_scaling;
   bool tied = false;
   if (cfg.contains("tie_word_embeddings")) {
     if (!cfg["tie_word_embeddings"].is_boolean()) throw Error(ErrorKind::format, where + ": 'tie_word_embeddings' is not a boolean");
@@ -236,9 +271,6 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   c.validate();
 
   Checkpoint ckpt(dir);
-  for (const auto& [name, s] : ckpt.tensors())
-    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
-      refuse(s.file, "tensor '" + name + "' is a bias; lockstep's model has no biases");
 
   const ParameterRegistry reg(c);
   std::vector<float> params(static_cast<size_t>(reg.total()));
@@ -257,6 +289,14 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
       for (int64_t k = 0; k < in; ++k) params[static_cast<size_t>(offset + k * out_dim + j)] = w[static_cast<size_t>(src * in + k)];
     }
   };
+  // A bias [out]: lockstep element j is HF element src(j), as for the matrix's columns.
+  auto bias = [&](const std::string& name, int64_t offset, int64_t out_dim, bool rope) {
+    const std::vector<float> b = ckpt.read(name, {out_dim}, dtypes);
+    for (int64_t j = 0; j < out_dim; ++j) {
+      const int64_t h = j / hd, r = j % hd, i = r / 2, e = r % 2;
+      params[static_cast<size_t>(offset + j)] = b[static_cast<size_t>(rope ? h * hd + e * (hd / 2) + i : j)];
+    }
+  };
   auto copy = [&](const std::string& name, int64_t offset, std::vector<int64_t> shape) {
     const std::vector<float> w = ckpt.read(name, shape, dtypes);
     std::copy(w.begin(), w.end(), params.begin() + offset);
@@ -271,6 +311,12 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     linear(p + "self_attn.k_proj.weight", L.wk, d, c.kv_dim(), true);
     linear(p + "self_attn.v_proj.weight", L.wv, d, c.kv_dim(), false);
     linear(p + "self_attn.o_proj.weight", L.wo, c.q_dim(), d, false);
+    if (c.qkv_bias) {
+      bias(p + "self_attn.q_proj.bias", L.bq, c.q_dim(), true);
+      bias(p + "self_attn.k_proj.bias", L.bk, c.kv_dim(), true);
+      bias(p + "self_attn.v_proj.bias", L.bv, c.kv_dim(), false);
+    }
+    if (c.o_bias) bias(p + "self_attn.o_proj.bias", L.bo, d, false);
     copy(p + "post_attention_layernorm.weight", L.mlp_norm, {d});
     linear(p + "mlp.gate_proj.weight", L.w_gate, d, c.d_ff, false);
     linear(p + "mlp.up_proj.weight", L.w_up, d, c.d_ff, false);
@@ -292,6 +338,9 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     if (ckpt.used().count(name)) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (tied && name == "lm_head.weight") continue;  // a tied copy some checkpoints keep
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
+      refuse(s.file, "tensor '" + name + "' is a bias that config.json's model does not have; lockstep's "
+                     "model takes biases on q, k, v (Qwen2, attention_bias) and o (attention_bias) only");
     refuse(s.file, "tensor '" + name + "' is not part of a Llama model lockstep imports");
   }
 

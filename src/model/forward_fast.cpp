@@ -376,6 +376,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
           const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
           float* row = qkv + t * qkv_ld;
+          if (c.qkv_bias) k.add(row, p + lw.bq, qkv_ld);  // [bq | bk | bv], one add per output
           const float* cos_row = m.rope_cos.data() + pos * half;
           const float* sin_row = m.rope_sin.data() + pos * half;
           k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
@@ -417,7 +418,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
       }
       case kWo:  // o = att @ wo
         return matmul_item(k, att, q_dim, R, pl.wo, o, d, wo_items, item);
-      case kMlpNorm:  // x = x + o; xn = rmsnorm(x)
+      case kMlpNorm:  // x = x + (o [+ bo]); xn = rmsnorm(x)
+        if (c.o_bias)
+          for (int64_t t = t0; t < t1; ++t) k.add(o + t * d, p + lw.bo, d);
         k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
         k.rmsnorm_rows(x + t0 * d, p + lw.mlp_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
         if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);

@@ -49,6 +49,11 @@ void forward_row(const Model::Impl& m, const RowRequest& row) {
       linear(m, xn.data(), w.wq, q.data(), d, q_dim);
       linear(m, xn.data(), w.wk, kt, d, kv_dim);
       linear(m, xn.data(), w.wv, vt, d, kv_dim);
+      if (c.qkv_bias) {  // one f32 add per output, after its matmul chain, before RoPE
+        for (int64_t i = 0; i < q_dim; ++i) q[i] = q[i] + p[w.bq + i];
+        for (int64_t i = 0; i < kv_dim; ++i) kt[i] = kt[i] + p[w.bk + i];
+        for (int64_t i = 0; i < kv_dim; ++i) vt[i] = vt[i] + p[w.bv + i];
+      }
       ref::rope(q.data(), c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
       ref::rope(kt, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
       // Each head attends over positions [0, t]; head h reads key/value head h / group.
@@ -58,8 +63,10 @@ void forward_row(const Model::Impl& m, const RowRequest& row) {
                        t + 1, static_cast<int32_t>(hd), m.attention_scale, att.data() + head * hd,
                        scores.data());
       }
-      // x = x + att @ wo
+      // x = x + (att @ wo [+ bo])
       linear(m, att.data(), w.wo, o.data(), q_dim, d);
+      if (c.o_bias)
+        for (int64_t i = 0; i < d; ++i) o[i] = o[i] + p[w.bo + i];
       for (int64_t i = 0; i < d; ++i) xt[i] = xt[i] + o[i];
       // MLP: x = x + (silu(xn @ w_gate) * (xn @ w_up)) @ w_down, xn = rmsnorm(x)
       ref::rmsnorm(xt, p + w.mlp_norm, xn.data(), d, c.norm_eps);

@@ -84,7 +84,14 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   const size_t half = static_cast<size_t>(c.head_dim() / 2);
   rope_cos.resize(static_cast<size_t>(c.length) * half);
   rope_sin.resize(static_cast<size_t>(c.length) * half);
-  ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
+  if (c.rope_scaling) {
+    const RopeScaling& r = *c.rope_scaling;
+    const ref::RopeLlama3 llama3{r.factor, r.low_freq_factor, r.high_freq_factor,
+                                 static_cast<double>(r.original_max_position)};
+    ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data(), &llama3);
+  } else {
+    ref::rope_tables(c.length, c.head_dim(), c.rope_theta, rope_cos.data(), rope_sin.data());
+  }
   attention_scale = ref::attention_scale<float>(c.head_dim());
   // Each matrix packed gives back the whole pages of its f32 copy at once, before the next is
   // read: loading holds one copy of the weights, not two. bf16 panels hold the values rounded, so

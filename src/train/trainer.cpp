@@ -225,6 +225,18 @@ struct Trainer::Impl {
   }
 };
 
+// The trainer's backward covers the base architecture only: a model with biases or RoPE scaling
+// (an imported Qwen2 or Llama 3) is refused until it has their gradients.
+static void refuse_untrainable(const ModelConfig& config) {
+  std::string what;
+  if (config.qkv_bias) what = "biases on q, k and v (qkv_bias)";
+  if (config.o_bias) what += std::string(what.empty() ? "" : ", ") + "a bias on the attention output (o_bias)";
+  if (config.rope_scaling) what += std::string(what.empty() ? "" : ", ") + "Llama 3 RoPE scaling (rope_scaling)";
+  if (!what.empty())
+    throw Error(ErrorKind::unsupported, "the trainer cannot train this model: it has " + what +
+                                            ", whose backward lockstep does not have yet");
+}
+
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
 Trainer::Trainer(Trainer&&) noexcept = default;
@@ -232,6 +244,7 @@ Trainer& Trainer::operator=(Trainer&&) noexcept = default;
 
 Trainer::Trainer(const ModelConfig& config, std::span<const float> parameters, const TrainerOptions& options) {
   config.validate();
+  refuse_untrainable(config);
   auto impl = std::make_unique<Impl>(config, options);
   if (static_cast<int64_t>(parameters.size()) != impl->registry.total())
     invalid("parameters must hold " + std::to_string(impl->registry.total()) + " float32 values, got " +
@@ -246,6 +259,7 @@ Trainer::Trainer(const ModelConfig& config, std::span<const float> parameters, c
 
 Trainer Trainer::from_state(const ModelConfig& config, TrainerState state, const TrainerOptions& options) {
   config.validate();
+  refuse_untrainable(config);
   auto impl = std::make_unique<Impl>(config, options);
   const size_t n = static_cast<size_t>(impl->registry.total());
   auto check = [&](const std::vector<float>& v, const char* name) {

@@ -173,7 +173,7 @@ TEST_F(UnknownFields, AMisspelledConfigFieldIsNamed) {
   });
   EXPECT_TRUE(HasAll(Refused(), {dir_ + "/model.json: config has an unknown field 'd_modle' (its fields are "
                                         "vocab_size, length, d_model, n_layers, n_heads, n_kv_heads, d_ff, "
-                                        "norm_eps, rope_theta, batch)"}));
+                                        "norm_eps, rope_theta, batch, qkv_bias, o_bias, rope_scaling)"}));
   // Beside the right one as well: a field no reader uses is a mistake in config.
   test::TempDir other;
   dir_ = other / "model";

@@ -118,6 +118,55 @@ TEST(ModelJson, ConfigFloatsKeepTheirBits) {
   }
 }
 
+// The imported architectures' fields (qkv_bias, o_bias, rope_scaling) round trip, with their
+// bits; a model without them writes none of them, so its model.json is as it always was.
+TEST(ModelJson, BiasAndRopeScalingFieldsRoundTrip) {
+  format::ModelDescription plain = full_description();
+  EXPECT_EQ(format::render_model_json(plain).find("bias"), std::string::npos);
+  EXPECT_EQ(format::render_model_json(plain).find("rope_scaling"), std::string::npos);
+  format::ModelDescription d = full_description();
+  d.config.qkv_bias = true;
+  d.config.o_bias = true;
+  d.config.rope_scaling = RopeScaling{32.0f, 1.0f, 4.0f, 8192};
+  d.config.rope_scaling->low_freq_factor = 1.1f;  // not a short decimal in binary
+  const std::string text = format::render_model_json(d);
+  EXPECT_NE(text.find(R"("rope_scaling": {
+      "type": "llama3",)"), std::string::npos) << text;
+  const format::ModelDescription back = format::parse_model_json(text, "m.json");
+  EXPECT_EQ(back.config, d.config);
+  EXPECT_EQ(format::render_model_json(back), text);
+  for (const bool qkv : {false, true}) {  // one without the other
+    format::ModelDescription one = full_description();
+    one.config.qkv_bias = qkv;
+    one.config.o_bias = !qkv;
+    EXPECT_EQ(format::parse_model_json(format::render_model_json(one), "m.json").config, one.config);
+  }
+}
+
+TEST(ModelJson, RegistryHasBiasesOnlyWhereTheConfigSaysSo) {
+  ModelConfig c = test::tiny_gqa_config(12);
+  const ParameterRegistry plain(c);
+  c.qkv_bias = true;
+  const ParameterRegistry qkv(c);
+  c.o_bias = true;
+  const ParameterRegistry both(c);
+  EXPECT_EQ(plain.find("layers.0.bq"), -1);
+  EXPECT_EQ(plain.layer(0).bq, -1);
+  EXPECT_EQ(qkv.find("layers.0.bo"), -1);
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  EXPECT_EQ(qkv.total(), plain.total() + c.n_layers * (q + 2 * kv));
+  EXPECT_EQ(both.total(), qkv.total() + c.n_layers * c.d_model);
+  EXPECT_EQ(both.total(), c.parameter_count());
+  const auto& L = both.layer(1);
+  EXPECT_EQ(both.at("layers.1.bq").shape, std::vector<int64_t>{q});
+  EXPECT_EQ(L.bk, L.bq + q);  // [bq | bk | bv] contiguous, as the fast path reads them
+  EXPECT_EQ(L.bv, L.bk + kv);
+  EXPECT_EQ(L.bv + kv, L.wo);
+  EXPECT_EQ(L.bo, L.wo + q * c.d_model);
+  const auto params = init_parameters(c, 3);
+  for (int64_t i = 0; i < q; ++i) EXPECT_EQ(params[static_cast<size_t>(L.bq + i)], 0.0f);
+}
+
 // Each case edits a valid model.json; Model::load must refuse it as a format error naming the
 // file, with every one of `parts` in its message.
 class ModelJsonRefusal : public ::testing::Test {
@@ -196,6 +245,27 @@ TEST_F(ModelJsonRefusal, BadConfigValues) {
   ExpectRefused([](ordered_json& j) { j["config"]["rope_theta"] = "1e4"; }, {"config.rope_theta is not a number"});
   ExpectRefused([](ordered_json& j) { j["config"].erase("batch"); }, {"config has no field 'batch'"});
   ExpectRefused([](ordered_json& j) { j["config"] = 16; }, {"config is not a JSON object"});
+}
+
+TEST_F(ModelJsonRefusal, BadBiasOrRopeScaling) {
+  ExpectRefused([](ordered_json& j) { j["config"]["qkv_bias"] = 1; }, {"config.qkv_bias is not a boolean"});
+  ExpectRefused([](ordered_json& j) { j["config"]["o_bias"] = "yes"; }, {"config.o_bias is not a boolean"});
+  // A bias the parameter list does not have.
+  ExpectRefused([](ordered_json& j) { j["config"]["qkv_bias"] = true; }, {"parameters must list the"});
+  const ordered_json good = ordered_json::parse(
+      R"({"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192})");
+  ExpectRefused([](ordered_json& j) { j["config"]["rope_scaling"] = 2; }, {"config.rope_scaling is not a JSON object"});
+  ExpectRefused([&](ordered_json& j) { j["config"]["rope_scaling"] = good; j["config"]["rope_scaling"]["type"] = "yarn"; },
+                {"config.rope_scaling.type is \"yarn\""});
+  ExpectRefused([&](ordered_json& j) { j["config"]["rope_scaling"] = good; j["config"]["rope_scaling"]["beta"] = 1; },
+                {"config.rope_scaling has an unknown field 'beta'"});
+  ExpectRefused([&](ordered_json& j) { j["config"]["rope_scaling"] = good; j["config"]["rope_scaling"].erase("factor"); },
+                {"no field 'factor'"});
+  ExpectRefused([&](ordered_json& j) { j["config"]["rope_scaling"] = good; j["config"]["rope_scaling"]["factor"] = 0.5; },
+                {"rope_scaling.factor must be a finite number >= 1"});
+  ExpectRefused([&](ordered_json& j) { j["config"]["rope_scaling"] = good; j["config"]["rope_scaling"]["high_freq_factor"] = 1.0; },
+                {"rope_scaling.high_freq_factor must be a finite number > low_freq_factor"});
 }
 
 TEST_F(ModelJsonRefusal, ConfigValuesOutOfRangeAreNamedAsWritten) {

@@ -1,6 +1,7 @@
 // The fast path against the reference, whole forward passes and losses, with memcmp: for every
 // SIMD target this machine runs, thread counts 1, 2, 3 and 7, batches of 1 to 8 ragged rows, odd
-// model shapes, both precisions.
+// model shapes, both precisions; and the imported architectures' parts: Llama 3's RoPE scaling
+// and biases on q, k, v (Qwen2) and o (Llama's attention_bias).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,6 +20,28 @@ struct Shape {
   const char* name;
   ModelConfig config;
 };
+
+// Llama 3 scaling whose frequencies fall in all three of its bands (head_dim 16, theta 10^4:
+// wavelengths 6.3 (kept), 19.9 and 62.8 (blended), 199 and up (divided by the factor)).
+RopeScaling llama3_scaling() {
+  return RopeScaling{.factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f, .original_max_position = 64};
+}
+
+// init_parameters sets biases to 0: random ones here, so that each add is seen.
+std::vector<float> parameters_for(const ModelConfig& c, uint64_t seed) {
+  std::vector<float> params = init_parameters(c, seed);
+  const ParameterRegistry registry(c);
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (const ParameterInfo& e : registry.entries()) {
+    if (!(e.name.ends_with(".bq") || e.name.ends_with(".bk") || e.name.ends_with(".bv") || e.name.ends_with(".bo")))
+      continue;
+    for (int64_t i = 0; i < e.count; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      params[static_cast<size_t>(e.offset + i)] = static_cast<float>(static_cast<int64_t>(state >> 40) - (1 << 23)) * 0x1p-24f;
+    }
+  }
+  return params;
+}
 
 std::vector<Shape> shapes() {
   std::vector<Shape> out;
@@ -44,6 +67,19 @@ std::vector<Shape> shapes() {
   wide.d_ff = 50;
   wide.batch = 2;
   out.push_back({"wide", wide});
+  // Llama 3 RoPE scaling, GQA, head_dim 16.
+  const ModelConfig llama3{.vocab_size = 45, .length = 26, .d_model = 48, .n_layers = 2, .n_heads = 3,
+                           .n_kv_heads = 1, .d_ff = 40, .batch = 2, .rope_scaling = llama3_scaling()};
+  out.push_back({"llama3", llama3});
+  ModelConfig qwen2 = odd;  // biases on q, k and v (Qwen2), and on o (Llama's attention_bias)
+  qwen2.n_kv_heads = 5;
+  qwen2.qkv_bias = true;
+  out.push_back({"qwen2", qwen2});
+  ModelConfig biased = test::tiny_gqa_config(24);
+  biased.qkv_bias = true;
+  biased.o_bias = true;
+  biased.rope_scaling = llama3_scaling();
+  out.push_back({"biased", biased});
   // LOCKSTEP_TEST_SHAPES (names, comma-separated) keeps only those shapes: the Arm stage of
   // ./run runs "odd" alone under qemu to fit its time. Unset: every shape.
   if (const char* only = std::getenv("LOCKSTEP_TEST_SHAPES")) {
@@ -57,7 +93,7 @@ std::vector<Shape> shapes() {
 TEST(FastPath, LogitsHiddenAndLossEqualTheReference) {
   for (const Shape& shape : shapes()) {
     const ModelConfig& c = shape.config;
-    const auto params = init_parameters(c, 17);
+    const auto params = parameters_for(c, 17);
     for (const Precision precision : {Precision::f32, Precision::bf16}) {
       ModelOptions ref_options;
       ref_options.precision = precision;
@@ -101,6 +137,8 @@ TEST(FastPath, DecodeStepsSplitOrNotEqualTheReference) {
   // gate/up, down: two to four items each) and runs the rest on the caller alone (norms, RoPE,
   // attention, wo, the head): sessions on 1, 2, 3 and 7 threads, appends of 1 to 3 tokens, and
   // a batched step of ragged sessions, each logit's bits the reference session's.
+  // Once as the base architecture, once with Llama 3 scaling and every bias.
+  for (const bool imported : {false, true}) {
   ModelConfig c;
   c.vocab_size = 300;
   c.length = 20;
@@ -110,7 +148,13 @@ TEST(FastPath, DecodeStepsSplitOrNotEqualTheReference) {
   c.n_kv_heads = 2;
   c.d_ff = 512;
   c.batch = 2;
-  const auto params = init_parameters(c, 23);
+  if (imported) {
+    c.qkv_bias = c.o_bias = true;
+    RopeScaling s = llama3_scaling();
+    s.original_max_position = 1024;  // head_dim 64: wavelengths from 6.3 to 5e4
+    c.rope_scaling = s;
+  }
+  const auto params = parameters_for(c, 23);
   const auto ids = test::random_ids(c.length, c.vocab_size, 41);
   for (const Precision precision : {Precision::f32, Precision::bf16}) {
     ModelOptions ref_options;
@@ -155,9 +199,11 @@ TEST(FastPath, DecodeStepsSplitOrNotEqualTheReference) {
         append_batch(steps, {Device::cpu, threads});
         for (int s = 0; s < 4; ++s)
           EXPECT_TRUE(test::same_bits(out[static_cast<size_t>(s)], want_batch[static_cast<size_t>(s)]))
-              << precision_name(precision) << " " << target << " threads " << threads << " session " << s;
+              << precision_name(precision) << " " << target << " threads " << threads << " session " << s
+              << (imported ? " (biases, llama3 scaling)" : "");
       }
     }
+  }
   }
 }
 

@@ -68,9 +68,26 @@ std::vector<std::vector<uint8_t>> sampling_calls(const ModelConfig& c, bool with
   return calls;
 }
 
+// An imported architecture's parts: biases on q, k, v and o (non-zero) and Llama 3 RoPE scaling.
+ModelConfig with_imported_parts(ModelConfig c) {
+  c.qkv_bias = c.o_bias = true;
+  c.rope_scaling = RopeScaling{.factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                               .original_max_position = 32};
+  return c;
+}
+
+std::vector<float> parameters_with_biases(const ModelConfig& c, uint64_t seed) {
+  std::vector<float> params = init_parameters(c, seed);
+  const ParameterRegistry registry(c);
+  for (const ParameterInfo& e : registry.entries())
+    if (e.name.ends_with(".bq") || e.name.ends_with(".bk") || e.name.ends_with(".bv") || e.name.ends_with(".bo"))
+      for (int64_t i = 0; i < e.count; ++i) params[static_cast<size_t>(e.offset + i)] = 0.05f * static_cast<float>(i % 7 - 3);
+  return params;
+}
+
 TEST(PrefixCache, AnswersEqualTheUncachedOnesAndRowsAreReused) {
-  for (const ModelConfig& c : {test::tiny_config(24), test::tiny_gqa_config(20)}) {
-    const auto model = Model::from_parameters(c, init_parameters(c, 21));
+  for (const ModelConfig& c : {test::tiny_config(24), test::tiny_gqa_config(20), with_imported_parts(test::tiny_gqa_config(20))}) {
+    const auto model = Model::from_parameters(c, parameters_with_biases(c, 21));
     for (const bool with_at : {true, false}) {
       const CallLayout layout(c, {}, with_at);
       PrefixCache cache(model);

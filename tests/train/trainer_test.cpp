@@ -103,5 +103,30 @@ TEST(FastStep, ManyRowChunksEqualTheReferenceOnEveryThreadCount) {
   expect_fast_steps_equal_reference(c);
 }
 
+TEST(Trainer, RefusesModelsWithBiasesOrRopeScalingNamingThem) {
+  // Their backward is not written yet: the refusal names what the model has.
+  struct Case {
+    bool qkv, o, scaled;
+    const char* needle;
+  };
+  for (const Case& k : {Case{true, false, false, "biases on q, k and v (qkv_bias)"},
+                        Case{false, true, false, "a bias on the attention output (o_bias)"},
+                        Case{false, false, true, "Llama 3 RoPE scaling (rope_scaling)"}}) {
+    ModelConfig c = odd_config();
+    c.qkv_bias = k.qkv;
+    c.o_bias = k.o;
+    if (k.scaled) c.rope_scaling = RopeScaling{};
+    const auto params = init_parameters(c, 1);
+    try {
+      Trainer trainer(c, params, TrainerOptions{});
+      ADD_FAILURE() << "trained " << k.needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+      EXPECT_NE(std::string(e.what()).find(k.needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the trainer cannot train this model"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -49,10 +49,17 @@ void rmsnorm(const T* x, const T* w, T* y, int64_t n, T eps);
 template <typename T>
 void rope(T* v, int32_t n_heads, int32_t head_dim, const T* cos_row, const T* sin_row);
 
+// Llama 3's frequency scaling (docs/ARITHMETIC.md, "RoPE"), its parameters widened to f64.
+struct RopeLlama3 {
+  double factor, low_freq_factor, high_freq_factor, original_max_position;
+};
+
 // The RoPE tables for positions [0, length): cos, sin [length, head_dim / 2], computed in f64
-// from lockstep's own exp, log and sincos and rounded to T (docs/ARITHMETIC.md, "RoPE").
+// from lockstep's own exp, log and sincos and rounded to T (docs/ARITHMETIC.md, "RoPE"), with
+// each frequency scaled as Llama 3 defines when `llama3` is given.
 template <typename T>
-void rope_tables(int32_t length, int32_t head_dim, float theta, T* cos_out, T* sin_out);
+void rope_tables(int32_t length, int32_t head_dim, float theta, T* cos_out, T* sin_out,
+                 const RopeLlama3* llama3 = nullptr);
 
 // One query row of causal attention for one head, over keys and values at positions [0, n):
 //   s_j = dot(q, k_j) * scale      dot: fma chain over d from +0
