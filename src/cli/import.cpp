@@ -45,6 +45,11 @@ Run add_import(CLI::App& app) {
       std::printf("tokenizer: tokenizer.model (SentencePiece), copied into the model directory\n");
     else
       std::printf("no tokenizer: the model takes token ids\n");
+    if (!r.eos_token_ids.empty()) {
+      std::string ids;
+      for (int32_t id : r.eos_token_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      std::printf("end of sequence: %s (eos_token_ids; generation stops after one)\n", ids.c_str());
+    }
     return 0;
   };
 }
