@@ -110,3 +110,36 @@ def test_an_end_id_outside_the_vocabulary_is_refused_at_load(extension, tmp_path
     bad = with_ends(plain, tmp_path / "bad", [3, 256])
     with pytest.raises(Exception, match=r"eos_token_ids\[1\] = 256 is outside the vocabulary"):
         extension.LanguageModelInference.from_checkpoint(bad)
+
+
+def test_a_model_with_a_tokenizer_stops_at_its_end_id(extension, tmp_path):
+    if shutil.which("spm_train") is None:
+        pytest.skip("spm_train (Debian's sentencepiece) is not installed")
+    import subprocess
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"the quick brown fox jumps over the lazy dog number {i}\n"
+                            "a stitch in time saves nine, said the old tailor\n" for i in range(40)))
+    done = subprocess.run(["spm_train", f"--input={text}", f"--model_prefix={tmp_path / 'sp'}", "--vocab_size=50",
+                           "--model_type=unigram"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+    def imported_with_tokenizer(name, generation_config=None):
+        hf = str(tmp_path / (name + "-hf"))
+        make_hf(hf, vocab=50, seed=3, kv_heads=2)
+        shutil.copy(tmp_path / "sp.model", os.path.join(hf, "tokenizer.model"))
+        if generation_config is not None:
+            json.dump(generation_config, open(os.path.join(hf, "generation_config.json"), "w"))
+        done = run("import", "hf", hf, "-o", str(tmp_path / name), "--length", "32")
+        assert done.returncode == 0, done.stderr
+        return extension.LanguageModelInference.from_checkpoint(str(tmp_path / name))
+
+    lm = imported_with_tokenizer("plain")
+    today = lm.generate("the quick", 16, output="ids")
+    k = first_new(today)
+    ended = imported_with_tokenizer("ended", {"eos_token_id": today[k]})
+    assert ended.generate("the quick", 16, output="ids") == today[:k + 1]
+    assert ended.generate("the quick", 16) == lm.generate("the quick", k), "the end piece adds no text"
+    assert ended.generate("the quick", 16, ignore_eos=True) == lm.generate("the quick", 16)
+    out = run("generate", str(tmp_path / "ended"), "--prompt", "the quick", "-n", "16")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode() == "the quick" + lm.generate("the quick", k) + "\n"

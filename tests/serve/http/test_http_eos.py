@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from conftest import Server, generate, run
+from test_http_tokenizer import tok_model  # noqa: F401 (a fixture: the tokenizer model)
 
 PROMPT, TOKENS = "Hello", 20
 CHAT = [{"role": "user", "content": "Hello"}]
@@ -234,3 +235,32 @@ def test_an_end_id_past_the_vocabulary_is_refused(model, tmp_path):
     r = run("serve", path, "--http", "127.0.0.1:0", timeout=30)
     assert r.returncode != 0
     assert b"eos_token_ids[1] = 256 is outside the vocabulary" in r.stderr, r.stderr
+
+
+def test_a_tokenizer_model_stops_at_its_end_piece(request, tmp_path):
+    """Through a SentencePiece tokenizer (test_http_tokenizer.py's model): the end piece adds no
+    text, streamed or not; ignore_eos gives the model without end ids' answer."""
+    if shutil.which("spm_train") is None:
+        pytest.skip("spm_train (Debian's sentencepiece package) is not installed")
+    path = request.getfixturevalue("tok_model")
+    plain = Server(path, ["--http", "127.0.0.1:0"], tmp_path)
+    try:
+        body = dict(prompt="the quick", max_tokens=16, temperature=0, seed=0, logprobs=0)
+        today = post(plain, "/v1/completions", body)["choices"][0]
+        end = first_new(today["token_ids"], 2)
+        k = today["token_ids"].index(end)
+        ended = Server(with_ends(path, tmp_path / "ended", [end]), ["--http", "127.0.0.1:0"], tmp_path)
+        try:
+            c = post(ended, "/v1/completions", body)["choices"][0]
+            assert c["finish_reason"] == "stop"
+            assert c["token_ids"] == today["token_ids"][:k + 1]
+            assert c["text"] == post(plain, "/v1/completions", dict(body, max_tokens=k))["choices"][0]["text"]
+            assert len(c["logprobs"]["tokens"]) == k + 1
+            events = stream(ended, "/v1/completions", body)
+            assert "".join(e["choices"][0]["text"] for e in events) == c["text"]
+            assert events[-1]["choices"][0]["finish_reason"] == "stop"
+            assert post(ended, "/v1/completions", dict(body, ignore_eos=True))["choices"][0] == today
+        finally:
+            ended.stop()
+    finally:
+        plain.stop()
