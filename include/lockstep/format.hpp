@@ -27,6 +27,9 @@ std::vector<TensorSpec> model_outputs(const ModelConfig& config);
 struct ModelMetadata {
   Precision precision = Precision::f32;
   ModelSource source;  // directory is not written; step, slug and checkpoint are
+  // The ids that end a generation (model.json's `eos_token_ids`, written only when not empty;
+  // each within the vocabulary).
+  std::vector<int32_t> eos_token_ids;
 };
 
 // Writes DIR/model.json and DIR/params.safetensors into a temporary sibling and renames it to

@@ -42,6 +42,8 @@ struct ImportHfResult {
   bool tied = false;               // tie_word_embeddings: the head is the embedding's transpose
   std::vector<std::string> dtypes; // the dtypes met, e.g. {"BF16"}
   bool tokenizer_model = false;    // its tokenizer.model was imported (named in model.json)
+  // eos_token_id (generation_config.json's over config.json's), kept as model.json's eos_token_ids
+  std::vector<int32_t> eos_token_ids;
 };
 
 // Reads a Hugging Face LlamaForCausalLM directory (config.json and model.safetensors or

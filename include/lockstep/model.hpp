@@ -100,6 +100,9 @@ class Model {
   Precision precision() const;
   const std::string& weight_format() const;  // "float32", or the packed format it was read from
   const ModelSource& source() const;
+  // The ids that end a generation (model.json's `eos_token_ids`; empty: none, as for a model
+  // built in memory). Generator stops right after one unless GenerateOptions::ignore_eos.
+  std::span<const int32_t> eos_token_ids() const;
   Device default_device() const;
   int default_threads() const;
   // The pool calls on the cpu device run on; made on first use when none was given.

@@ -59,6 +59,7 @@ Run add_generate(CLI::App& app) {
     int32_t top_k = 0;
     uint64_t seed = 0;
     bool no_truncate = false;
+    bool ignore_eos = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed as it comes");
@@ -74,6 +75,8 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "sampling seed: the same seed gives the same text")->capture_default_str();
   cmd->add_option("--stop", f->stop, "stop once the generated text ends with this (a tokenizer's text: right after it)");
   cmd->add_flag("--no-truncate", f->no_truncate, "refuse a prompt longer than the window instead of keeping its end");
+  cmd->add_flag("--ignore-eos", f->ignore_eos,
+                "go on past an end-of-sequence id (model.json's eos_token_ids) to --tokens");
   cmd->footer(
       "Past the window (W bytes, the model's length) generation goes on: when the context is full, it\n"
       "restarts from position 0 with its last W - floor(W/2) bytes (the newest one included), computed\n"
@@ -84,7 +87,9 @@ Run add_generate(CLI::App& app) {
       "through it (BOS, then the prompt's pieces); --stop ends the text right after the stop string, which\n"
       "may come inside a token's text (the rest of that token is not printed). A model whose vocabulary\n"
       "is not the 256 bytes and has no tokenizer takes --prompt-ids and prints token ids (the prompt's,\n"
-      "then each generated one), comma-separated.");
+      "then each generated one), comma-separated.\n"
+      "A model whose model.json has eos_token_ids (an imported model's eos_token_id) stops right after\n"
+      "generating one of them, printing nothing for it; --ignore-eos goes on to --tokens.");
   return [f, text, ids] {
     if (text->count() == 0 && ids->count() == 0)
       throw Error(ErrorKind::invalid_argument, "give the prompt as --prompt TEXT or --prompt-ids ID,ID,...");
@@ -103,6 +108,7 @@ Run add_generate(CLI::App& app) {
     g.max_tokens = f->tokens;
     if (bytes) g.stop = f->stop;  // with a tokenizer the decoded text is compared (TextStream)
     g.truncate_prompt = !f->no_truncate;
+    g.ignore_eos = f->ignore_eos;
     std::vector<int32_t> prompt;
     if (ids->count() > 0) {
       prompt = ids_from_text(f->prompt_ids);
@@ -134,7 +140,7 @@ Run add_generate(CLI::App& app) {
       print(stream.prompt_text());
       while (!stream.stopped()) {
         const std::optional<int32_t> token = generator.next();
-        if (!token) break;
+        if (!token || generator.end_of_sequence()) break;  // an end id is no text
         print(stream.push(*token));
       }
       print(stream.finish());
@@ -151,6 +157,7 @@ Run add_generate(CLI::App& app) {
     }
     std::fflush(stdout);
     while (const std::optional<int32_t> token = generator.next()) {
+      if (generator.end_of_sequence()) break;  // the end id: nothing is printed for it
       if (bytes)
         std::fputc(*token, stdout);
       else

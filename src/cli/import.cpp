@@ -44,6 +44,11 @@ Run add_import(CLI::App& app) {
     // The same line `inspect` prints for the directory written (one rule for how text becomes ids).
     std::printf("tokenizer  %s%s\n", tokenizer_line(f->out, c.vocab_size).c_str(),
                 r.tokenizer_model ? " (copied into the model directory)" : "");
+    if (!r.eos_token_ids.empty()) {
+      std::string ids;
+      for (int32_t id : r.eos_token_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      std::printf("end of sequence: %s (eos_token_ids; generation stops after one)\n", ids.c_str());
+    }
     return 0;
   };
 }

@@ -126,6 +126,7 @@ void write_model_directory(const std::string& dir, const ModelConfig& config,
   d.source = metadata.source;
   d.source.directory.clear();
   d.weights = {format::kWeightsFile, "float32", sha256_f32_le(parameters)};
+  d.eos_token_ids = metadata.eos_token_ids;
   format::write_file_synced(out.file("model.json"), format::render_model_json(d));
   out.commit();
 }

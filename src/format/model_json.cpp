@@ -26,7 +26,7 @@ using ordered = nlohmann::ordered_json;
 constexpr std::initializer_list<const char*> kTopFields = {
     "format", "format_version", "architecture", "profile", "precision", "matrix_layout", "config",
     "inputs", "outputs", "checkpoint", "weights", "weights_averaged", "trained_weights", "loaded",
-    "parameter_count", "parameters"};
+    "parameter_count", "parameters", "eos_token_ids"};
 constexpr std::initializer_list<const char*> kConfigFields = {
     "vocab_size", "length", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "norm_eps",
     "rope_theta", "batch", "qkv_bias", "o_bias", "rope_scaling"};
@@ -196,6 +196,25 @@ std::vector<LoadedTensor> parse_loaded(const json& j, const ParameterRegistry& r
   return out;
 }
 
+// model.json's `eos_token_ids`: a list of distinct ids within the vocabulary.
+std::vector<int32_t> parse_eos_token_ids(const json& j, int32_t vocab, const std::string& what) {
+  if (!j.is_array()) refuse(what, "eos_token_ids is not a JSON array of token ids");
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string where = "eos_token_ids[" + std::to_string(i) + "]";
+    if (!j[i].is_number_integer()) refuse(what, where + " is not an integer");
+    const bool in_range = j[i].is_number_unsigned() ? j[i].get<uint64_t>() < static_cast<uint64_t>(vocab)
+                                                    : j[i].get<int64_t>() >= 0 && j[i].get<int64_t>() < vocab;
+    if (!in_range)
+      refuse(what, where + " = " + j[i].dump() + " is outside the vocabulary (ids 0 to " + std::to_string(vocab - 1) +
+                       ", config.vocab_size " + std::to_string(vocab) + ")");
+    const int32_t id = static_cast<int32_t>(j[i].get<int64_t>());
+    if (std::find(out.begin(), out.end(), id) != out.end()) refuse(what, where + " = " + j[i].dump() + " is listed twice");
+    out.push_back(id);
+  }
+  return out;
+}
+
 void check_specs(const json& j, const std::vector<TensorSpec>& want, const char* key,
                  const std::string& what) {
   const json expected = json::parse(render_specs(want).dump());
@@ -318,6 +337,7 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   if (const auto t = j.find("trained_weights"); t != j.end() && !t->is_null())
     d.trained = parse_weights(*t, what, "trained_weights");
   if (const auto l = j.find("loaded"); l != j.end()) d.loaded = parse_loaded(*l, registry, what);
+  if (const auto e = j.find("eos_token_ids"); e != j.end()) d.eos_token_ids = parse_eos_token_ids(*e, c.vocab_size, what);
 
   const json& ck = field(j, "checkpoint", what, "model.json");
   if (!ck.is_null()) {
@@ -371,6 +391,7 @@ std::string render_model_json(const ModelDescription& d) {
           {{"name", l.name}, {"file", l.file}, {"tensor", l.tensor}, {"sha256", l.sha256}});
     j["loaded"] = loaded;
   }
+  if (!d.eos_token_ids.empty()) j["eos_token_ids"] = d.eos_token_ids;
   j["parameter_count"] = registry.total();
   ordered params = ordered::array();
   for (const auto& e : registry.entries())

@@ -44,6 +44,8 @@ struct ModelDescription {
   // Parameters the weights files leave out, read from their own files (model.json's `loaded`,
   // written only when not empty).
   std::vector<LoadedTensor> loaded;
+  // The ids that end a generation (`eos_token_ids`, written only when not empty).
+  std::vector<int32_t> eos_token_ids;
 };
 
 // Parses and checks model.json: the format name and version, the profile (against this build's),

@@ -28,6 +28,7 @@
 #include "format/half.hpp"
 #include "format/mapped_file.hpp"
 #include "format/safetensors.hpp"
+#include "interop/hf_eos.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
@@ -345,6 +346,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   }
 
   ModelMetadata meta;
+  meta.eos_token_ids = interop::hf_eos_token_ids(dir, cfg, where, c.vocab_size);
   const std::string spm = dir + "/tokenizer.model";
   const bool with_tokenizer = is_file(spm) && !options.ids_only;
   if (!with_tokenizer) {
@@ -378,6 +380,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   r.tied = tied;
   r.dtypes.assign(dtypes.begin(), dtypes.end());
   r.tokenizer_model = with_tokenizer;
+  r.eos_token_ids = meta.eos_token_ids;
   return r;
 }
 

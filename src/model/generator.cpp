@@ -107,6 +107,14 @@ int32_t Generator::end_step() {
       sample_token(logits_, options_.sampling, step_, nullptr, kernels_for(model_->impl().packed.get()));
   ++step_;
   pending_ = token;
+  if (!options_.ignore_eos) {
+    const std::span<const int32_t> ends = model_->eos_token_ids();
+    if (std::find(ends.begin(), ends.end(), token) != ends.end()) {
+      done_ = true;
+      reason_ = StopReason::eos;
+      return token;
+    }
+  }
   if (!options_.stop.empty()) {
     tail_.push_back(static_cast<char>(token & 0xff));
     if (tail_.size() > options_.stop.size()) tail_.erase(0, tail_.size() - options_.stop.size());

@@ -249,6 +249,7 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   impl->source.trained_weights = trained;
   if (resolved.step && !impl->source.step) impl->source.step = resolved.step;
   impl->weight_format = weights->format;
+  impl->eos_token_ids = d.eos_token_ids;
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 
@@ -259,6 +260,7 @@ const std::string& Model::parameters_sha256() const { return impl_->sha256; }
 Precision Model::precision() const { return impl_->precision; }
 const std::string& Model::weight_format() const { return impl_->weight_format; }
 const ModelSource& Model::source() const { return impl_->source; }
+std::span<const int32_t> Model::eos_token_ids() const { return impl_->eos_token_ids; }
 Device Model::default_device() const { return impl_->device; }
 int Model::default_threads() const { return impl_->threads; }
 

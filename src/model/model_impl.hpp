@@ -72,6 +72,7 @@ struct Model::Impl {
   Precision precision = Precision::f32;
   std::string weight_format = "float32";
   ModelSource source;
+  std::vector<int32_t> eos_token_ids;  // model.json's, each within the vocabulary
   Device device = Device::cpu;
   int threads = 0;  // 0: the pool's size
   std::vector<float> rope_cos, rope_sin;  // [length, head_dim / 2]

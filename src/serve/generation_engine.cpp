@@ -398,7 +398,10 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
       for (const std::string& s : job->stops)
         stopped |= job->tail.size() >= s.size() && job->tail.compare(job->tail.size() - s.size(), s.size(), s) == 0;
     }
-    if (stopped || g.generated() >= job->max_tokens) {
+    if (g.end_of_sequence()) {
+      finish(*job, Finish::eos, {});
+      std::erase(active, job);
+    } else if (stopped || g.generated() >= job->max_tokens) {
       finish(*job, stopped ? Finish::stop : Finish::length, {});
       std::erase(active, job);
     }

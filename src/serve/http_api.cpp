@@ -242,6 +242,7 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
                        std::to_string(max_prompts) + " a request");
   if (has("echo")) r.echo = boolean(j["echo"], "echo");
   if (has("stream")) r.stream = boolean(j["stream"], "stream");
+  if (has("ignore_eos")) r.ignore_eos = boolean(j["ignore_eos"], "ignore_eos");
   if (chat) {
     if (has("logprobs") && boolean(j["logprobs"], "logprobs"))
       r.logprobs = has("top_logprobs") ? static_cast<int32_t>(integer(j["top_logprobs"], "top_logprobs", 0, max_logprobs)) : 0;

@@ -48,6 +48,7 @@ struct CompletionRequest {
   int32_t logprobs = -1;  // -1: none; else the top N per token (0..20)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  bool ignore_eos = false;     // vLLM's: go on past the model's end-of-sequence ids to max_tokens
 };
 
 inline constexpr int32_t max_choices = 16;  // n

@@ -51,6 +51,7 @@ void HttpSession::completion(bool chat) {
     g.sampling.seed = r.sampling.seed + i % static_cast<size_t>(r.n);  // wraps past 2^64 - 1, as unsigned arithmetic does
     g.max_tokens = r.max_tokens;
     g.truncate_prompt = true;
+    g.ignore_eos = r.ignore_eos;
     auto job = std::make_shared<GenerationJob>();
     try {
       job->generator = std::make_unique<Generator>(context_.model, prompt, g);
@@ -74,15 +75,16 @@ void HttpSession::completion(bool chat) {
       std::optional<TokenLogprobs> lp;
       if (top >= 0) lp = token_logprobs(logits, token, top);
       std::string settled;
-      if (text) {
+      const bool end = raw->generator->end_of_sequence();  // an end id: no text
+      if (text && !end) {
         try {
           settled = text->push(token);
         } catch (const std::exception&) {  // ids are the model's and the tokenizer holds as many
         }
         raw->stop_now = text->stopped();
       }
-      asio::post(self->socket_.get_executor(), [self, i, token, lp, seq, settled = std::move(settled)] {
-        if (seq == self->request_seq_) self->on_token(i, token, lp, settled);
+      asio::post(self->socket_.get_executor(), [self, i, token, lp, seq, end, settled = std::move(settled)] {
+        if (seq == self->request_seq_) self->on_token(i, token, lp, settled, end);
       });
     };
     job->on_done = [self = shared_from_this(), i, seq, text, tokenizer = context_.tokenizer](Finish f,
@@ -158,7 +160,8 @@ void HttpSession::completion(bool chat) {
   watch_disconnect();
 }
 
-void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled) {
+void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled,
+                           bool end) {
   if (abandoned_ || closed_) return;
   Choice& c = choices_[index];
   const bool stream = completion_.stream, bytes = bytes_model();
@@ -166,7 +169,9 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
   // Where this token's text starts: a byte each, or the text settled before it (a tokenizer's).
   const size_t offset = echoed + (bytes ? c.generated : c.text_size);
   ++c.generated;
-  if (bytes) {
+  if (end && (bytes || context_.tokenizer)) {
+    // An end-of-sequence id: counted, in token_ids and logprobs, but no text (so not in sha256).
+  } else if (bytes) {
     const char byte = static_cast<char>(token & 0xff);
     c.digest.update(&byte, 1);
     if (!stream) c.bytes.push_back(byte);
@@ -188,7 +193,12 @@ void HttpSession::on_token(size_t index, int32_t token, std::optional<TokenLogpr
       one.add(token_names(), token, &*lp, offset);
       logprobs = one.object();
     }
-    if (bytes) {
+    if (end) {
+      // No text: an event only for its logprob, or its id (token ids only).
+      if (lp || (!bytes && !context_.tokenizer))
+        send_event(chunk_json(index, "", logprobs, nullptr, completion_.chat,
+                              bytes || context_.tokenizer ? std::nullopt : std::optional<int32_t>(token)));
+    } else if (bytes) {
       const char byte = static_cast<char>(token & 0xff);
       const std::string text = c.utf8.push(std::string_view(&byte, 1));
       if (!text.empty() || lp) send_event(chunk_json(index, text, logprobs, nullptr, completion_.chat));

@@ -149,8 +149,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   nlohmann::json model_object() const;  // the served model as an OpenAI model object
   void completion(bool chat);
   // `settled`: with a tokenizer, the text the token settled (TextStream::push), or at the end the
-  // rest (finish).
-  void on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled);
+  // rest (finish). `end`: an end-of-sequence id that ended the generation, which adds no text (its
+  // id and logprob are given).
+  void on_token(size_t index, int32_t token, std::optional<TokenLogprobs> lp, const std::string& settled,
+                bool end = false);
   void on_done(size_t index, Finish finish, const std::string& error, const std::string& settled);
   // The prompt's scores for choice `index` (echo with logprobs): streamed, its echo event goes now.
   void on_prompt_scores(size_t index, std::vector<TokenLogprobs> scores);

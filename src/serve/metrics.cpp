@@ -139,15 +139,15 @@ std::string Metrics::text(const std::string& replica, const std::string& model_n
           "Rows the prefix cache supplied (frame protocol calls and HTTP generations' prompts).", rows_reused);
   counter("lockstep_prefix_cache_rows_computed_total",
           "Rows the model computed (frame protocol calls and HTTP generations).", rows_computed);
-  // Generations that ended as asked (length, stop) count as successes, vLLM's name for them; those
+  // Generations that ended as asked (length, stop, eos) count as successes, vLLM's name for them; those
   // cut short (abort: the client left or the drain ran out; error) as failures, so that a success
   // counter never counts a failure.
   const auto ends = [&](const char* name, const char* help, bool successes) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
     for (size_t i = 0; i < finished_.size(); ++i) {
       const auto f = static_cast<Finish>(i);
-      if ((f == Finish::length || f == Finish::stop) != successes) continue;
-      out += std::string(name) + "{finished_reason=\"" + finish_name(f) + "\"} " + std::to_string(finished_[i].load()) + "\n";
+      if ((f == Finish::length || f == Finish::stop || f == Finish::eos) != successes) continue;
+      out += std::string(name) + "{finished_reason=\"" + finish_label(f) + "\"} " + std::to_string(finished_[i].load()) + "\n";
     }
   };
   ends("lockstep_request_success_total", "Generations (one per choice) that ended as asked, by finish reason.", true);
