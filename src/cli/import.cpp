@@ -21,7 +21,7 @@ Run add_import(CLI::App& app) {
   hf->add_option("-o,--output", f->out, "the model directory to write (must not exist)")->required();
   hf->add_option("--length", f->length, "the window (default: max_position_embeddings, at most 65536)");
   hf->add_option("--batch", f->batch, "the training batch model.json records")->capture_default_str();
-  hf->add_flag("--ids-only", f->ids_only, "import the weights alone, without a tokenizer (e.g. beside a tokenizer.json lockstep cannot read)");
+  hf->add_flag("--ids-only", f->ids_only, "import the weights alone, without a tokenizer (e.g. beside a tokenizer lockstep cannot read)");
   hf->footer(
       "F16 and BF16 weights are widened exactly to f32. The query and key projections are permuted from\n"
       "Hugging Face's rotate_half layout to lockstep's adjacent RoPE pairs (the same function). Biases,\n"
@@ -42,7 +42,9 @@ Run add_import(CLI::App& app) {
                 c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff,
                 r.tied ? ", head tied to the embedding (stored as its transpose)" : "");
     if (r.tokenizer_model)
-      std::printf("tokenizer: tokenizer.model (SentencePiece), copied into the model directory\n");
+      std::printf("tokenizer: %s, copied into the model directory\n",
+                  r.tokenizer_file == "tokenizer.json" ? "tokenizer.json (Hugging Face, byte-level BPE)"
+                                                       : "tokenizer.model (SentencePiece)");
     else
       std::printf("no tokenizer: the model takes token ids\n");
     return 0;
