@@ -124,5 +124,7 @@ PostProcessor read_post_processor(const Node& n);
 // `decoder`: ByteLevel (tokens' characters back to bytes).
 void read_decoder(const Node& n);
 std::string byte_level_decode(const std::vector<const std::string*>& tokens);
+// One token's bytes by that rule (not yet read as UTF-8).
+std::string byte_level_bytes(const std::string& token);
 
 }  // namespace lockstep::text::hf

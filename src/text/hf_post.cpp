@@ -85,23 +85,21 @@ void read_decoder(const Node& n) {
 // alphabet becomes those bytes, any other token (an added token such as "<|im_start|>" with a
 // character outside it) its own UTF-8; the bytes of all tokens together are then read as UTF-8,
 // each invalid part as U+FFFD (from_utf8_lossy).
-std::string byte_level_decode(const std::vector<const std::string*>& tokens) {
-  std::string bytes, mapped;
-  for (const std::string* t : tokens) {
-    mapped.clear();
-    bool all = true;
-    for (size_t at = 0; at < t->size();) {
-      size_t len = 1;
-      const int b = byte_of(next_char(*t, at, &len));
-      if (b < 0) {
-        all = false;
-        break;
-      }
-      mapped += static_cast<char>(b);
-      at += len;
-    }
-    bytes += all ? mapped : *t;
+std::string byte_level_bytes(const std::string& token) {
+  std::string mapped;
+  for (size_t at = 0; at < token.size();) {
+    size_t len = 1;
+    const int b = byte_of(next_char(token, at, &len));
+    if (b < 0) return token;
+    mapped += static_cast<char>(b);
+    at += len;
   }
+  return mapped;
+}
+
+std::string byte_level_decode(const std::vector<const std::string*>& tokens) {
+  std::string bytes;
+  for (const std::string* t : tokens) bytes += byte_level_bytes(*t);
   return lossy_utf8(bytes);
 }
 

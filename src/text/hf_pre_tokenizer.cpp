@@ -4,6 +4,8 @@
 // crate, Oniguruma 6.9.8 as Debian's), so \p{L}, (?i:...) and (?!\S) mean what they mean there.
 #include <oniguruma.h>
 
+#include <algorithm>
+#include <memory>
 #include <mutex>
 
 #include "lockstep/error.hpp"
@@ -41,13 +43,21 @@ class Regex {
     if (text.empty()) return out.push_back({0, 0, 0});
     const auto* s = reinterpret_cast<const OnigUChar*>(text.data());
     const auto* end = s + text.size();
-    OnigRegion* region = onig_region_new();
+    const std::unique_ptr<OnigRegion, void (*)(OnigRegion*)> owned(onig_region_new(),
+                                                                    [](OnigRegion* r) { onig_region_free(r, 1); });
+    OnigRegion* region = owned.get();
     size_t from = 0, prev = 0;
     bool have_last = false;
     size_t last_end = 0;
     while (from <= text.size()) {
       const int r = onig_search(re_, s, end, s + from, end, region, ONIG_OPTION_NONE);
-      if (r < 0) break;
+      if (r == ONIG_MISMATCH) break;
+      if (r < 0) {  // e.g. Oniguruma's retry limit on a pathological pattern: never a silent cut
+        OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(message, r);
+        throw Error(ErrorKind::invalid_argument,
+                    "the tokenizer's regex failed on the text: " + std::string(reinterpret_cast<const char*>(message)));
+      }
       const auto b = static_cast<size_t>(region->beg[0]), e = static_cast<size_t>(region->end[0]);
       if (b == e && have_last && last_end == e) {
         size_t len = 1;
@@ -62,7 +72,6 @@ class Regex {
       out.push_back({b, e, 1});
       prev = e;
     }
-    onig_region_free(region, 1);
     if (prev != text.size()) out.push_back({prev, text.size(), 0});
   }
 

@@ -114,7 +114,9 @@ class HfTokenizer final : public Tokenizer::Impl {
         if (!added_[a->second].special) tokens.push_back(&added_[a->second].content);
         continue;  // special tokens decode to nothing (skip_special_tokens), as SentencePiece's control pieces
       }
-      tokens.push_back(&bpe_.tokens()[static_cast<size_t>(id)]);
+      // An id between the vocabulary and the added tokens that neither holds: nothing, as Hugging
+      // Face drops an id without a token.
+      if (static_cast<size_t>(id) < bpe_.tokens().size()) tokens.push_back(&bpe_.tokens()[static_cast<size_t>(id)]);
     }
     return hf::byte_level_decode(tokens);
   }
@@ -131,7 +133,7 @@ class HfTokenizer final : public Tokenizer::Impl {
     if (a != added_by_id_.end()) {
       p.text = added_[a->second].content;
       p.type = added_[a->second].special ? 3 : 4;  // control, user-defined
-    } else if (id >= 0 && id < size_) {
+    } else if (id >= 0 && static_cast<size_t>(id) < bpe_.tokens().size()) {
       p.text = bpe_.tokens()[static_cast<size_t>(id)];
     }
     return p;
@@ -141,14 +143,9 @@ class HfTokenizer final : public Tokenizer::Impl {
     if (id < 0 || id >= size_) return std::string("<").append(std::to_string(id)).append(">");
     const auto a = added_by_id_.find(id);
     if (a != added_by_id_.end()) return added_[a->second].content;
+    if (static_cast<size_t>(id) >= bpe_.tokens().size()) return {};
     // A token's bytes; part of a character shows as "bytes:\xNN...", as a byte model's token does.
-    const std::string text = hf::byte_level_decode({&bpe_.tokens()[static_cast<size_t>(id)]});
-    std::string bytes;
-    for (size_t at = 0; at < bpe_.tokens()[static_cast<size_t>(id)].size();) {
-      size_t len = 1;
-      bytes += static_cast<char>(hf::byte_of(hf::next_char(bpe_.tokens()[static_cast<size_t>(id)], at, &len)));
-      at += len;
-    }
+    const std::string bytes = hf::byte_level_bytes(bpe_.tokens()[static_cast<size_t>(id)]);
     if (hf::valid_utf8(bytes)) return bytes;
     static const char hex[] = "0123456789abcdef";
     std::string out = "bytes:";
