@@ -118,7 +118,7 @@ struct PostProcessor {
   std::vector<Piece> single;  // empty: ids as they are
   void apply(std::vector<int32_t>& ids) const;
 };
-// `special` resolves a special token's name to nothing; its ids come from the entry itself.
+// A TemplateProcessing's special tokens take their ids from its own `special_tokens` entry.
 PostProcessor read_post_processor(const Node& n);
 
 // `decoder`: ByteLevel (tokens' characters back to bytes).

@@ -105,6 +105,9 @@ def test_import_copies_a_good_file_and_refuses_a_bad_one(tmp_path):
     assert tok.decode(tok.encode("hello there")) == "hello there"
     done = run("generate", out, "--prompt", "hello", "--tokens", "3", "--temperature", "0")
     assert done.returncode == 0, done.stderr.decode()
+    done = run("export-gguf", out, "-o", str(tmp_path / "model" / "x.gguf"))  # not yet: refused, naming the file
+    assert done.returncode != 0 and b"tokenizer.json: exporting a huggingface tokenizer" in done.stderr, done.stderr
+    assert not os.path.exists(tmp_path / "model" / "x.gguf")
 
     for index, (path, value, needle) in enumerate(BAD):
         bad = copy.deepcopy(doc)
