@@ -28,10 +28,19 @@ bool is_space(char32_t c) {
          cat == UTF8PROC_CATEGORY_ZP;
 }
 
-bool is_word_char(char32_t c) {  // Rust's is_alphanumeric, or '_' (single_word's rule)
-  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
-         (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+// single_word's rule: Hugging Face asks regex_syntax::is_word_character, Unicode's \w (UTS #18):
+// Alphabetic, marks, decimal digits, connector punctuation, the joiners. By general category here
+// (utf8proc): letters and Nl stand for Alphabetic, which leaves out the few Other_Alphabetic
+// symbols (circled letters such as U+24B6), a word character to Hugging Face.
+bool is_word_char(char32_t c) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return c == 0x200C || c == 0x200D;
+  }
 }
 
 char32_t last_char(std::string_view s) {

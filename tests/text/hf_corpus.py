@@ -22,7 +22,9 @@ SPACES = [" ", "  ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u
 WORDS = ["the", "The", "DON'T", "I'LL", "we've", "it's", "you'RE", "x'd", "'m", "foo_bar", "camelCase", "snake_case",
          "http://example.com/a?b=c", "<tag>", "{}", "();", "==", "->", "::", "...", "--", "!!", "?!", "\u00e9t\u00e9"]
 SPECIAL = ["<|endoftext|>", "<|begin_of_text|>", "<|im_start|>", "<|im_end|>", "<|eot_id|>", "<think>", "</think>",
-           "<mask>", "<repo_name>", "<|im_sta", "<|", "|>", "<|end_of_text|>x", "a<mask>b", "a <mask> b"]
+           "<mask>", "<repo_name>", "<|im_sta", "<|", "|>", "<|end_of_text|>x", "a<mask>b", "a <mask> b",
+           "<sw>", "a<sw>b", " <sw> ", "_<sw>", "<sw>é", "x  <l>", "　<l>", "<r>  y", "<r>\n\nz", "<s>", "</s>",
+           "a--b", "x.y.z", "1.5", "--"]
 
 
 def fortunes(limit):

@@ -2,7 +2,9 @@
 machine has (the fortunes package, the repository's sources), so that no vocabulary is committed:
 GPT-2 (ByteLevel with its regex), Llama 3 (Split with its regex, ignore_merges, a Sequence
 post-processor adding <|begin_of_text|>), SmolLM (Digits + ByteLevel) and Qwen2 (NFC + its Split
-regex). The trainer is a plain BPE on a rough split of the text: its merges need only be valid
+regex), and `mixed`, no model's: the split behaviors, invert, String patterns, contiguous digits,
+add_prefix_space, single_word/lstrip/rstrip added tokens, a template around the text and a
+Sequence decoder. The trainer is a plain BPE on a rough split of the text: its merges need only be valid
 (each pair's join in the vocabulary), not the merges Hugging Face's trainer would pick."""
 import collections
 import re
@@ -11,7 +13,7 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-STYLES = ("gpt2", "llama3", "smollm", "qwen2")
+STYLES = ("gpt2", "llama3", "smollm", "qwen2", "mixed")
 
 
 def byte_chars():
@@ -125,6 +127,24 @@ def style(name, vocab, merges):
             byte_level(use_regex=False)]}
         doc["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
                                  "use_regex": False}
+    elif name == "mixed":
+        def split(pattern, behavior, invert=False):
+            return {"type": "Split", "pattern": pattern, "behavior": behavior, "invert": invert}
+        tokens = added(len(vocab), ["<s>", "</s>"]) + added(len(vocab) + 2, ["<sw>"], special=False, single_word=True)
+        tokens += added(len(vocab) + 3, ["<l>"], special=False, lstrip=True)
+        tokens += added(len(vocab) + 4, ["<r>"], special=False, rstrip=True, normalized=False)
+        doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            split({"String": "."}, "MergedWithPrevious"), split({"Regex": r"\s+"}, "MergedWithNext"),
+            split({"Regex": "[aeiou]"}, "Contiguous", invert=True), split({"String": "--"}, "Removed"),
+            {"type": "Digits", "individual_digits": False}, byte_level(add_prefix_space=True)]}
+        doc["post_processor"] = {"type": "TemplateProcessing",
+                                 "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                            {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                                 "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                                 "special_tokens": {
+                                     "<s>": {"id": "<s>", "ids": [tokens[0]["id"]], "tokens": ["<s>"]},
+                                     "</s>": {"id": "</s>", "ids": [tokens[1]["id"]], "tokens": ["</s>"]}}}
+        doc["decoder"] = {"type": "Sequence", "decoders": [byte_level()]}
     else:
         raise ValueError(name)
     doc["added_tokens"] = tokens
