@@ -1,10 +1,14 @@
 """Bad tokenizer.json files are refused, naming the key (Tokenizer.for_model and `lockstep import
 hf`), and the import then writes nothing; a good one is imported beside the weights, pinned by its
-SHA-256 in model.json, with a vocab_size larger than the tokenizer (Qwen2's padding) accepted."""
+SHA-256 in model.json, with a vocab_size larger than the tokenizer (Qwen2's padding) accepted, and
+then generate and the HTTP API's /tokenize and /detokenize use it."""
 import copy
+import http.client
 import json
 import os
+import re
 import subprocess
+import time
 
 import pytest
 
@@ -105,6 +109,7 @@ def test_import_copies_a_good_file_and_refuses_a_bad_one(tmp_path):
     assert tok.decode(tok.encode("hello there")) == "hello there"
     done = run("generate", out, "--prompt", "hello", "--tokens", "3", "--temperature", "0")
     assert done.returncode == 0, done.stderr.decode()
+    check_http(out, tok, tmp_path)
     done = run("export-gguf", out, "-o", str(tmp_path / "model" / "x.gguf"))  # not yet: refused, naming the file
     assert done.returncode != 0 and b"tokenizer.json: exporting a huggingface tokenizer" in done.stderr, done.stderr
     assert not os.path.exists(tmp_path / "model" / "x.gguf")
@@ -121,4 +126,36 @@ def test_import_copies_a_good_file_and_refuses_a_bad_one(tmp_path):
     write(os.path.join(hf, "tokenizer.json"), data[: len(data) // 3])  # truncated
     done = run("import", "hf", hf, "-o", str(tmp_path / "cut"), "--length", "12")
     assert done.returncode != 0 and b"tokenizer.json: not valid JSON" in done.stderr
-    assert sorted(os.listdir(tmp_path)) == ["hf", "model"]  # nothing else written, no temporary left
+    assert sorted(os.listdir(tmp_path)) == ["hf", "model", "serve.out"]  # nothing else written, no temporary left
+
+
+def check_http(model, tok, tmp_path):
+    """The HTTP API's /tokenize and /detokenize give what the tokenizer gives (one encode: the
+    template's <|begin_of_text|> unless add_special_tokens is false)."""
+    log = tmp_path / "serve.out"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([BINARY, "serve", model, "--http", "127.0.0.1:0"], stdout=out, stderr=subprocess.DEVNULL)
+    try:
+        port = None
+        deadline = time.monotonic() + 30
+        while port is None and time.monotonic() < deadline and proc.poll() is None:
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            port = int(m.group(1)) if m else time.sleep(0.05)
+        assert port, log.read_text(errors="replace")
+
+        def post(path, body):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            assert r.status == 200, data
+            return json.loads(data)
+
+        text = "hello <|eot_id|> there\n\n  123 e\u0301"
+        assert post("/tokenize", {"prompt": text})["tokens"] == tok.encode(text, add_special_tokens=True)
+        ids = tok.encode(text)
+        assert post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"] == ids
+        assert post("/detokenize", {"tokens": [tok.bos] + ids})["prompt"] == tok.decode(ids)
+    finally:
+        proc.terminate()
+        proc.wait(20)
