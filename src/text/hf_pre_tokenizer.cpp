@@ -196,7 +196,7 @@ void PreTokenizer::apply(std::vector<std::string>& pieces) const {
       }
       // ByteLevel: a space before the piece if asked, GPT-2's split if asked, then each byte as
       // its character of the byte-level alphabet.
-      if (step.add_prefix_space && piece[0] != ' ') piece.insert(0, 1, ' ');
+      if (step.add_prefix_space && !piece.empty() && piece[0] != ' ') piece.insert(0, 1, ' ');
       const size_t first = next.size();
       if (step.regex) {
         Step isolated = step;
