@@ -17,7 +17,8 @@ class Tokenizer {
  public:
   // The tokenizer of the model at `model_path` (as Model::load resolves it), or null when its
   // model.json names none. Refuses (Error naming the file) one that is missing, changed (SHA-256),
-  // unreadable, or whose piece count is not the model's vocab_size.
+  // unreadable, or whose piece count is not the model's vocab_size (a tokenizer.json may hold
+  // fewer: a padded embedding's extra ids are never produced by text and decode to nothing).
   static std::unique_ptr<Tokenizer> for_model(std::string_view model_path);
   // A SentencePiece model file.
   static std::unique_ptr<Tokenizer> sentencepiece(const std::string& path);
