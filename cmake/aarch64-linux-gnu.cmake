@@ -34,7 +34,9 @@ set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static;-L;/)
 
 # Not built for Arm: MPI (the host's mpicc would be found, with x86 libraries), the tokenizer
 # (libsentencepiece-dev:arm64 cannot be installed beside the host's; LOCKSTEP_TOKENIZER turns
-# itself off when pkg-config finds no arm64 sentencepiece), the Python module (needs an arm64
+# itself off when pkg-config finds no arm64 sentencepiece; LOCKSTEP_HF_TOKENIZER likewise without
+# libonig-dev:arm64 and libutf8proc-dev:arm64, and such a build refuses a tokenizer.json model,
+# saying why), the Python module (needs an arm64
 # Python), the benchmarks (a figure under qemu means nothing) and the fuzz targets (clang +
 # libFuzzer on the host).
 set(CMAKE_DISABLE_FIND_PACKAGE_MPI ON CACHE BOOL "" FORCE)

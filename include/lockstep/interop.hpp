@@ -33,7 +33,7 @@ GgufResult export_gguf(const std::string& model, const std::string& file, const 
 struct ImportHfOptions {
   int32_t length = 0;  // the window; 0: config.json's max_position_embeddings (at most 65,536)
   int32_t batch = 8;   // the training batch model.json records
-  bool ids_only = false;  // import a directory whose tokenizer lockstep cannot read (tokenizer.json)
+  bool ids_only = false;  // import a directory whose tokenizer lockstep cannot read
 };
 
 struct ImportHfResult {
@@ -41,7 +41,8 @@ struct ImportHfResult {
   std::vector<std::string> files;  // the safetensors files read
   bool tied = false;               // tie_word_embeddings: the head is the embedding's transpose
   std::vector<std::string> dtypes; // the dtypes met, e.g. {"BF16"}
-  bool tokenizer_model = false;    // its tokenizer.model was imported (named in model.json)
+  bool tokenizer_model = false;    // a tokenizer was imported (named in model.json)
+  std::string tokenizer_file;      // which: "tokenizer.model" (SentencePiece), "tokenizer.json" or ""
   // eos_token_id (generation_config.json's over config.json's), kept as model.json's eos_token_ids
   std::vector<int32_t> eos_token_ids;
 };

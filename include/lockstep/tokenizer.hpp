@@ -1,6 +1,7 @@
 // A model's tokenizer: text <-> token ids, for models whose vocabulary is not the 256 bytes.
 // A model directory names it in model.json's `tokenizer` field, {"type": "sentencepiece",
-// "file": "tokenizer.model", "sha256": "<hex>"} (docs/FORMAT.md, "The tokenizer").
+// "file": "tokenizer.model", "sha256": "<hex>"} or {"type": "huggingface", "file":
+// "tokenizer.json", "sha256": "<hex>"} (docs/FORMAT.md, "The tokenizer").
 #pragma once
 
 #include <cstdint>
@@ -16,22 +17,30 @@ class Tokenizer {
  public:
   // The tokenizer of the model at `model_path` (as Model::load resolves it), or null when its
   // model.json names none. Refuses (Error naming the file) one that is missing, changed (SHA-256),
-  // unreadable, or whose piece count is not the model's vocab_size.
+  // unreadable, or whose piece count is not the model's vocab_size (a tokenizer.json may hold
+  // fewer: a padded embedding's extra ids are never produced by text and decode to nothing).
   static std::unique_ptr<Tokenizer> for_model(std::string_view model_path);
   // A SentencePiece model file.
   static std::unique_ptr<Tokenizer> sentencepiece(const std::string& path);
+  // A Hugging Face tokenizer.json (byte-level BPE). Refuses (Error naming the file and the key,
+  // e.g. `pre_tokenizer.pretokenizers[2].type "Metaspace" is not supported`) anything else.
+  static std::unique_ptr<Tokenizer> hf_json(const std::string& path);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // The ids of `text`, without BOS.
-  std::vector<int32_t> encode(std::string_view text) const;
+  // The ids of `text`. add_special_tokens: what the file adds around a text, the one rule every
+  // front end uses (SentencePiece: BOS before it; tokenizer.json: its post_processor, e.g. Llama
+  // 3's <|begin_of_text|>). Special tokens' strings inside the text become their ids.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // The text of `ids` (special tokens decode to nothing; a character the ids leave unfinished is
+  // U+FFFD; ids in the model's vocabulary past the tokenizer's decode to nothing).
   std::string decode(std::span<const int32_t> ids) const;
-  int32_t bos() const;  // -1: none
+  int32_t bos() const;  // -1: none (tokenizer.json: the special token its post_processor puts first)
   int32_t eos() const;  // -1: none
   int32_t unk() const;  // -1: none
   int32_t size() const;
-  const char* type() const { return "sentencepiece"; }
+  const char* type() const;  // "sentencepiece" or "huggingface"
   // The file it was read from (for_model: the name in the model directory) and its SHA-256.
   const std::string& file() const;
   const std::string& sha256() const;

@@ -44,9 +44,7 @@ std::vector<int32_t> tokens_from(py::handle obj, const char* name, const Tokeniz
     const std::string text = obj.cast<std::string>();  // str: its UTF-8 bytes
     std::vector<int32_t> out;
     if (tokenizer) {
-      if (at_start && tokenizer->bos() >= 0) out.push_back(tokenizer->bos());
-      for (int32_t id : tokenizer->encode(text)) out.push_back(id);
-      return out;
+      return tokenizer->encode(text, at_start);
     }
     if (vocab != 256)
       throw py::value_error(std::string(name) + ": the model has no tokenizer (a vocabulary of " +
@@ -119,17 +117,19 @@ exactly as `lockstep generate` and the HTTP API print it.
                              "The generated text given out so far.");
 
   py::class_<Tokenizer, std::shared_ptr<Tokenizer>>(m, "Tokenizer", R"doc(
-A model's tokenizer (a SentencePiece model named in model.json's `tokenizer`), as
+A model's tokenizer (a SentencePiece model or a tokenizer.json named in model.json's `tokenizer`), as
 LanguageModelInference.tokenizer gives it: text <-> token ids, exactly as `lockstep generate`
 and the model's generate() use it.
 )doc")
       .def(
           "encode",
-          [](const Tokenizer& self, TokensArg text) {
+          [](const Tokenizer& self, TokensArg text, bool add_special_tokens) {
             if (!is_text(text)) throw py::type_error("text must be str or bytes; got " + type_name(text));
-            return self.encode(text.cast<std::string>());
+            return self.encode(text.cast<std::string>(), add_special_tokens);
           },
-          py::arg("text"), "The ids of `text` (str, or bytes holding UTF-8), without BOS.")
+          py::arg("text"), py::kw_only(), py::arg("add_special_tokens") = false,
+          "The ids of `text` (str, or bytes holding UTF-8); add_special_tokens: with what the tokenizer puts\n"
+          "around a text (SentencePiece: BOS; tokenizer.json: its post_processor), as generate() does.")
       .def(
           "decode",
           [](const Tokenizer& self, TokensArg ids) {

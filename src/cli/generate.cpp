@@ -112,9 +112,8 @@ Run add_generate(CLI::App& app) {
     std::vector<int32_t> prompt;
     if (ids->count() > 0) {
       prompt = ids_from_text(f->prompt_ids);
-    } else if (tokenizer) {  // BOS, then the text's pieces, as Llama's SentencePiece models expect
-      if (tokenizer->bos() >= 0) prompt.push_back(tokenizer->bos());
-      for (int32_t id : tokenizer->encode(f->prompt)) prompt.push_back(id);
+    } else if (tokenizer) {  // the text with the tokenizer's special tokens (SentencePiece: BOS first)
+      prompt = tokenizer->encode(f->prompt, true);
     } else {
       for (unsigned char ch : f->prompt) prompt.push_back(ch);
     }

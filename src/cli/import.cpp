@@ -21,7 +21,7 @@ Run add_import(CLI::App& app) {
   hf->add_option("-o,--output", f->out, "the model directory to write (must not exist)")->required();
   hf->add_option("--length", f->length, "the window (default: max_position_embeddings, at most 65536)");
   hf->add_option("--batch", f->batch, "the training batch model.json records")->capture_default_str();
-  hf->add_flag("--ids-only", f->ids_only, "import the weights alone, without a tokenizer (e.g. beside a tokenizer.json lockstep cannot read)");
+  hf->add_flag("--ids-only", f->ids_only, "import the weights alone, without a tokenizer (e.g. beside a tokenizer lockstep cannot read)");
   hf->footer(
       "F16 and BF16 weights are widened exactly to f32. The query and key projections are permuted from\n"
       "Hugging Face's rotate_half layout to lockstep's adjacent RoPE pairs (the same function). Biases,\n"

@@ -5,6 +5,7 @@
 // ggml's order, where ne[0] (the contiguous dimension) is the input.
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/gguf.hpp"
@@ -99,6 +100,11 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has Llama 3 RoPE scaling (rope_scaling); "
                                             "GGUF export does not write llama.cpp's rope_freqs yet");
   const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(resolved.model_dir);
+  // A tokenizer.json would need llama.cpp's `gpt2` tokenizer with its merges and the name of its
+  // pre-tokenizer regex, which lockstep does not write yet: refused rather than exported wrong.
+  if (tokenizer && std::string_view(tokenizer->type()) != "sentencepiece")
+    throw Error(ErrorKind::unsupported, tokenizer->file() + ": exporting a " + tokenizer->type() +
+                                            " tokenizer (tokenizer.json) to GGUF is not supported yet");
   if (tokenizer && tokenizer->size() != c.vocab_size)
     throw Error(ErrorKind::format, resolved.model_dir + ": the tokenizer has " + std::to_string(tokenizer->size()) +
                                        " pieces but the vocabulary " + std::to_string(c.vocab_size) + " ids");

@@ -234,10 +234,19 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     refuse(where, "'use_sliding_window' is true; lockstep's attention sees the whole window");
   if (cfg.contains("sliding_window") && !cfg["sliding_window"].is_null() && !window_off)
     refuse(where, "'sliding_window' is " + cfg["sliding_window"].dump() + "; lockstep's attention sees the whole window");
-  if (is_file(dir + "/tokenizer.json") && !is_file(dir + "/tokenizer.model") && !options.ids_only)
-    refuse(dir + "/tokenizer.json",
-           "a Hugging Face tokenizers file without a SentencePiece tokenizer.model (as Llama 3 ships) is not "
-           "supported; --ids-only imports the weights alone (the model then takes token ids)");
+  // The tokenizer: a SentencePiece tokenizer.model (Llama 1 and 2) where there is one, else a
+  // tokenizer.json (byte-level BPE: Llama 3, SmolLM2, Qwen2). Read before any weight, so that a
+  // bad one is refused (naming the file and the key) before anything is converted or written.
+  const std::string spm = dir + "/tokenizer.model", hf_json = dir + "/tokenizer.json";
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_name;
+  if (!options.ids_only && is_file(spm)) {
+    tokenizer = Tokenizer::sentencepiece(spm);
+    tokenizer_name = "tokenizer.model";
+  } else if (!options.ids_only && is_file(hf_json)) {
+    tokenizer = Tokenizer::hf_json(hf_json);
+    tokenizer_name = "tokenizer.json";
+  }
 
   ModelConfig c;
   c.d_model = int_field(cfg, where, "hidden_size");
@@ -347,18 +356,21 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
 
   ModelMetadata meta;
   meta.eos_token_ids = interop::hf_eos_token_ids(dir, cfg, where, c.vocab_size);
-  const std::string spm = dir + "/tokenizer.model";
-  const bool with_tokenizer = is_file(spm) && !options.ids_only;
+  const bool with_tokenizer = tokenizer != nullptr;
   if (!with_tokenizer) {
     write_model_directory(out, c, params, meta);
   } else {
-    // The model directory plus the SentencePiece model, named in model.json, appearing whole:
+    // The model directory plus the tokenizer file, named in model.json, appearing whole:
     // written as a model directory inside the temporary one, moved up, then completed.
-    const std::string bytes = format::read_text_file(spm, size_t{256} << 20);
-    const auto tokenizer = Tokenizer::sentencepiece(spm);
-    if (tokenizer->size() != c.vocab_size)
-      refuse(spm, "holds " + std::to_string(tokenizer->size()) + " pieces but config.json's vocab_size is " +
-                      std::to_string(c.vocab_size));
+    const std::string from = dir + "/" + tokenizer_name;
+    const std::string bytes = format::read_text_file(from, size_t{256} << 20);
+    if (sha256_hex(bytes.data(), bytes.size()) != tokenizer->sha256()) throw Error(ErrorKind::io, from + ": changed while importing");
+    // A tokenizer.json may hold fewer tokens than the embedding has rows (Qwen2: 151,665 for
+    // 151,936); the ids past it are never produced by text. SentencePiece's count is exact.
+    const bool hf = tokenizer_name == "tokenizer.json";
+    if (hf ? tokenizer->size() > c.vocab_size : tokenizer->size() != c.vocab_size)
+      refuse(from, "holds " + std::to_string(tokenizer->size()) + " pieces but config.json's vocab_size is " +
+                       std::to_string(c.vocab_size));
     format::AtomicDirectory target(out);
     if (format::path_exists(out)) throw Error(ErrorKind::io, out + ": already exists");
     const std::string inner = target.file("model");
@@ -367,9 +379,10 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
       if (::rename((inner + "/" + name).c_str(), target.file(name).c_str()) != 0)
         throw Error(ErrorKind::io, target.file(name) + ": cannot move the model's files into place");
     ::rmdir(inner.c_str());
-    format::write_file_synced(target.file("tokenizer.model"), bytes);
+    format::write_file_synced(target.file(tokenizer_name), bytes);
     auto meta_json = nlohmann::ordered_json::parse(format::read_text_file(target.file("model.json"), size_t{16} << 20));
-    meta_json["tokenizer"] = {{"type", "sentencepiece"}, {"file", "tokenizer.model"}, {"sha256", sha256_hex(bytes.data(), bytes.size())}};
+    meta_json["tokenizer"] = {{"type", hf ? "huggingface" : "sentencepiece"}, {"file", tokenizer_name},
+                              {"sha256", sha256_hex(bytes.data(), bytes.size())}};
     ::unlink(target.file("model.json").c_str());
     format::write_file_synced(target.file("model.json"), meta_json.dump(2) + "\n");
     target.commit();
@@ -380,6 +393,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   r.tied = tied;
   r.dtypes.assign(dtypes.begin(), dtypes.end());
   r.tokenizer_model = with_tokenizer;
+  r.tokenizer_file = tokenizer_name;
   r.eos_token_ids = meta.eos_token_ids;
   return r;
 }

@@ -42,15 +42,15 @@ bool boolean(const json& v, const std::string& field) {
   return v.get<bool>();
 }
 
-// The ids of `text`: through the tokenizer (BOS unless `bos` is false, then the pieces), else its
+// The ids of `text`: through the tokenizer (with its special tokens, e.g. BOS, unless `bos` is
+// false: Tokenizer::encode's add_special_tokens), else its
 // bytes for a byte model.
 std::vector<int32_t> ids_of(const std::string& text, const ModelConfig& config, const Tokenizer* tokenizer,
                             const std::string& field, bool bos = true) {
   std::vector<int32_t> out;
   if (tokenizer) {
-    if (bos && tokenizer->bos() >= 0) out.push_back(tokenizer->bos());
     try {
-      for (int32_t id : tokenizer->encode(text)) out.push_back(id);
+      out = tokenizer->encode(text, bos);
     } catch (const std::exception& e) {
       throw bad(field, "'" + field + "': " + e.what());
     }

@@ -61,9 +61,9 @@ class TextStreamTest : public ::testing::Test {
                            "ψ", "a stitch\nin time", "€€€ end"};
     for (const char* text : texts) {
       std::vector<int32_t> ids = {t.bos()};
-      for (int32_t id : t.encode(text)) ids.push_back(id);
+      for (int32_t id : t.encode(text, false)) ids.push_back(id);
       out.push_back(ids);
-      out.push_back(t.encode(text));
+      out.push_back(t.encode(text, false));
     }
     for (uint64_t seed = 0; seed < 60; ++seed) {
       // Mostly byte pieces (ids 3..258: bytes 0..255), some controls and normal pieces.
@@ -110,7 +110,7 @@ TEST_F(TextStreamTest, PiecesJoinToTheWholeDecodingAndNeverChange) {
 TEST_F(TextStreamTest, StopStringsEndTheTextRightAfterThem) {
   const Tokenizer& t = *tokenizer_;
   std::vector<int32_t> ids = {t.bos()};
-  for (int32_t id : t.encode("the quick brown fox jumps over the lazy dog")) ids.push_back(id);
+  for (int32_t id : t.encode("the quick brown fox jumps over the lazy dog", false)) ids.push_back(id);
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 3);
   const std::string head = TextStream(t, prompt).prompt_text();
   const std::string generated = t.decode(ids).substr(head.size());
@@ -146,7 +146,7 @@ TEST_F(TextStreamTest, TokenTextShowsPiecesBytesAndControls) {
   EXPECT_EQ(t.token_text(t.unk()), "<unk>");
   EXPECT_EQ(t.token_text(3), "bytes:\\x00");
   EXPECT_EQ(t.token_text(3 + 0xE3), "bytes:\\xe3");
-  const std::vector<int32_t> the = t.encode(" the");
+  const std::vector<int32_t> the = t.encode(" the", false);
   ASSERT_FALSE(the.empty());
   EXPECT_EQ(t.token_text(the[0]).substr(0, 1), " ");
   EXPECT_EQ(t.token_text(t.size()), "<" + std::to_string(t.size()) + ">");

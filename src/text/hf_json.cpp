@@ -1,0 +1,150 @@
+// tokenizer.json's key paths for refusals, GPT-2's byte-level alphabet, and the UTF-8 rules the
+// other stages share (text/hf.hpp).
+#include <unordered_map>
+
+#include "text/hf.hpp"
+
+namespace lockstep::text::hf {
+
+Node Node::at(const char* key) const {
+  if (!v->is_object()) refuse("must be an object, not " + std::string(v->type_name()));
+  if (!v->contains(key)) Node{v, path.empty() ? key : path + "." + key}.refuse("is missing");
+  return {&(*v)[key], path.empty() ? key : path + "." + key};
+}
+
+Node Node::opt(const char* key) const {
+  static const json null_value;
+  if (!v->is_object()) refuse("must be an object, not " + std::string(v->type_name()));
+  return {v->contains(key) ? &(*v)[key] : &null_value, path.empty() ? key : path + "." + key};
+}
+
+std::string Node::str() const {
+  if (!v->is_string()) refuse("must be a string, not " + std::string(v->type_name()));
+  return v->get<std::string>();
+}
+
+bool Node::boolean() const {
+  if (!v->is_boolean()) refuse("must be true or false, not " + std::string(v->type_name()));
+  return v->get<bool>();
+}
+
+bool Node::boolean_or(const char* key, bool fallback) const {
+  const Node b = opt(key);
+  return b.null() ? fallback : b.boolean();
+}
+
+int32_t Node::id() const {
+  if (!v->is_number_unsigned() || v->get<uint64_t>() > 0x7fffffffu) refuse("must be a token id (0 to 2147483647)");
+  return static_cast<int32_t>(v->get<uint64_t>());
+}
+
+const json& Node::array() const {
+  if (!v->is_array()) refuse("must be an array, not " + std::string(v->type_name()));
+  return *v;
+}
+
+const json& Node::object() const {
+  if (!v->is_object()) refuse("must be an object, not " + std::string(v->type_name()));
+  return *v;
+}
+
+std::string Node::type() const { return at("type").str(); }
+
+void Node::unsupported_type() const {
+  const Node t = at("type");
+  t.refuse("\"" + t.str() + "\" is not supported");
+}
+
+// GPT-2's bytes_to_unicode(): the printable Latin-1 bytes stand for themselves, the others for
+// U+0100 onwards in byte order, so that every byte is one visible character of a token.
+const std::array<std::string, 256>& byte_chars() {
+  static const std::array<std::string, 256> table = [] {
+    std::array<std::string, 256> t;
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const int c = printable ? b : next++;
+      t[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
+                      : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+    }
+    return t;
+  }();
+  return table;
+}
+
+int byte_of(char32_t c) {
+  static const std::unordered_map<char32_t, int> inverse = [] {
+    std::unordered_map<char32_t, int> m;
+    for (int b = 0; b < 256; ++b) {
+      size_t len = 0;
+      m[next_char(byte_chars()[b], 0, &len)] = b;
+    }
+    return m;
+  }();
+  const auto it = inverse.find(c);
+  return it == inverse.end() ? -1 : it->second;
+}
+
+char32_t next_char(std::string_view s, size_t at, size_t* length) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[at + i]); };
+  const unsigned char c = b(0);
+  if (c < 0x80) return *length = 1, c;
+  if (c < 0xE0) return *length = 2, ((c & 0x1Fu) << 6) | (b(1) & 0x3Fu);
+  if (c < 0xF0) return *length = 3, ((c & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu);
+  return *length = 4, ((c & 0x07u) << 18) | ((b(1) & 0x3Fu) << 12) | ((b(2) & 0x3Fu) << 6) | (b(3) & 0x3Fu);
+}
+
+namespace {
+
+// The length of the valid UTF-8 prefix of a sequence starting at s[at] (Unicode's table 3-7):
+// the whole sequence's length when valid, else how many of its bytes are a valid start (>= 1
+// for the replacement, as Rust's from_utf8_lossy counts a maximal subpart).
+size_t utf8_prefix(std::string_view s, size_t at, bool* valid) {
+  const auto byte = [&](size_t i) { return at + i < s.size() ? static_cast<unsigned char>(s[at + i]) : 0x100; };
+  const unsigned c = byte(0);
+  *valid = true;
+  if (c < 0x80) return 1;
+  size_t need = 0;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) need = 1;
+  else if (c == 0xE0) need = 2, lo = 0xA0;
+  else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) need = 2;
+  else if (c == 0xED) need = 2, hi = 0x9F;
+  else if (c == 0xF0) need = 3, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) need = 3;
+  else if (c == 0xF4) need = 3, hi = 0x8F;
+  else return *valid = false, 1;
+  for (size_t i = 1; i <= need; ++i) {
+    const unsigned n = byte(i);
+    if (n < (i == 1 ? lo : 0x80u) || n > (i == 1 ? hi : 0xBFu)) return *valid = false, i;
+  }
+  return need + 1;
+}
+
+}  // namespace
+
+bool valid_utf8(std::string_view s) {
+  for (size_t at = 0; at < s.size();) {
+    bool ok = false;
+    at += utf8_prefix(s, at, &ok);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string lossy_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t at = 0; at < bytes.size();) {
+    bool ok = false;
+    const size_t n = utf8_prefix(bytes, at, &ok);
+    if (ok)
+      out.append(bytes.substr(at, n));
+    else
+      out.append("\xEF\xBF\xBD");
+    at += n;
+  }
+  return out;
+}
+
+}  // namespace lockstep::text::hf

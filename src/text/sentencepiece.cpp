@@ -1,0 +1,88 @@
+// SentencePiece models through Debian's libsentencepiece (text/tokenizer_impl.hpp).
+#include <sentencepiece_processor.h>
+
+#include <cctype>
+
+#include "lockstep/error.hpp"
+#include "text/tokenizer_impl.hpp"
+
+namespace lockstep::text {
+namespace {
+
+struct SentencePiece final : Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor sp;
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
+    std::vector<int> ids;
+    const auto status = sp.Encode(std::string(text), &ids);
+    if (!status.ok()) throw Error(ErrorKind::invalid_argument, "the tokenizer cannot encode the text: " + status.ToString());
+    // Llama's SentencePiece models expect BOS before a text (what every front end did by hand).
+    std::vector<int32_t> out;
+    if (add_special && sp.bos_id() >= 0) out.push_back(sp.bos_id());
+    out.insert(out.end(), ids.begin(), ids.end());
+    return out;
+  }
+
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::vector<int> v;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= sp.GetPieceSize())
+        throw Error(ErrorKind::invalid_argument, "token id " + std::to_string(id) + " is not in the tokenizer's " +
+                                                     std::to_string(sp.GetPieceSize()) + " pieces");
+      v.push_back(id);
+    }
+    std::string text;
+    const auto status = sp.Decode(v, &text);
+    if (!status.ok()) throw Error(ErrorKind::invalid_argument, "the tokenizer cannot decode the ids: " + status.ToString());
+    return text;
+  }
+
+  int32_t bos() const override { return sp.bos_id(); }
+  int32_t eos() const override { return sp.eos_id(); }
+  int32_t unk() const override { return sp.unk_id(); }
+  int32_t size() const override { return sp.GetPieceSize(); }
+  const char* type() const override { return "sentencepiece"; }
+
+  Tokenizer::Piece piece(int32_t id) const override {
+    Tokenizer::Piece p;
+    p.text = sp.IdToPiece(id);
+    p.score = sp.GetScore(id);
+    p.type = sp.IsUnknown(id) ? 2 : sp.IsControl(id) ? 3 : sp.IsByte(id) ? 6 : sp.IsUnused(id) ? 5 : 1;
+    return p;
+  }
+
+  std::string token_text(int32_t id) const override {
+    if (id < 0 || id >= sp.GetPieceSize()) return std::string("<").append(std::to_string(id)).append(">");
+    std::string text = sp.IdToPiece(id);
+    if (sp.IsByte(id)) {  // "<0xE3>" -> "bytes:\xe3", as a byte model's token shows
+      std::string hex = text.size() == 6 ? text.substr(3, 2) : text;
+      for (char& c : hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return std::string("bytes:\\x").append(hex);
+    }
+    if (sp.IsControl(id) || sp.IsUnknown(id)) return text;
+    const std::string_view space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+    std::string out;
+    for (size_t at = 0; at < text.size();) {
+      if (text.compare(at, space.size(), space) == 0) {
+        out += ' ';
+        at += space.size();
+      } else {
+        out += text[at++];
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+void require_sentencepiece(const std::string&) {}
+
+std::unique_ptr<Tokenizer::Impl> load_sentencepiece(const std::string& bytes, const std::string& path) {
+  auto impl = std::make_unique<SentencePiece>();
+  const auto status = impl->sp.LoadFromSerializedProto(bytes);
+  if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  return impl;
+}
+
+}  // namespace lockstep::text
