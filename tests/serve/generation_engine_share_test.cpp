@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "lockstep/config.hpp"
 #include "lockstep/generator.hpp"
@@ -79,7 +80,12 @@ TEST(GenerationEngineShare, ARequestHoldsAtMostHalfTheBatchAndAnotherGetsIn) {
   std::vector<int32_t> expected;
   while (auto t = alone.next()) expected.push_back(*t);
   EXPECT_EQ(w.tokens, expected);
-  // Its jobs have about 2^30 tokens to go: a place frees in far more than a second.
+  // Its jobs have about 2^30 tokens to go: a place frees in far more than a second. The estimate
+  // is the last step's: the step that ended the short job still counted its few tokens left, so
+  // wait (bounded) for a step of the endless jobs alone.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (engine.retry_after_seconds() <= 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_GT(engine.retry_after_seconds(), 1);
   engine.abort_all();
 }

@@ -101,7 +101,7 @@ def test_import_copies_a_good_file_and_refuses_a_bad_one(tmp_path):
     out = str(tmp_path / "model")
     done = run("import", "hf", hf, "-o", out, "--length", "12")
     assert done.returncode == 0, done.stderr.decode()
-    assert b"tokenizer.json (Hugging Face" in done.stdout
+    assert b"tokenizer  huggingface tokenizer.json, " in done.stdout and b"(copied into the model directory)" in done.stdout
     entry = json.load(open(os.path.join(out, "model.json")))["tokenizer"]
     assert entry["type"] == "huggingface" and entry["file"] == "tokenizer.json"
     assert open(os.path.join(out, "tokenizer.json"), "rb").read() == data
