@@ -135,6 +135,19 @@ std::string chat_prompt(const json& messages) {
   return text + "assistant:";
 }
 
+namespace {
+
+// nlohmann's message less its own tag ("[json.exception.parse_error.101] "): the client reads
+// where and what, not the parser's internals.
+std::string json_error_text(const json::exception& e) {
+  std::string what = e.what();
+  if (const size_t tag = what.find("] "); what.rfind("[json.exception.", 0) == 0 && tag != std::string::npos)
+    what.erase(0, tag + 2);
+  return what;
+}
+
+}  // namespace
+
 json parse_body(const std::string& body, const std::string& model_name) {
   if (const size_t at = format::json_too_deep_at(body); at != std::string::npos)
     throw ApiError(400, "the body nests arrays and objects deeper than " + std::to_string(format::kMaxJsonDepth) +
@@ -143,13 +156,11 @@ json parse_body(const std::string& body, const std::string& model_name) {
   try {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
-    // nlohmann's text less its own tag ("[json.exception.parse_error.101] parse error at "), so
-    // that the client reads where and what, not the parser's internals.
-    std::string what = e.what();
-    if (const size_t tag = what.find("] "); what.rfind("[json.exception.", 0) == 0 && tag != std::string::npos)
-      what.erase(0, tag + 2);
+    std::string what = json_error_text(e);
     if (what.rfind("parse error at ", 0) == 0) what.erase(0, 15);
     throw ApiError(400, "the body is not valid JSON (byte " + std::to_string(e.byte) + ", " + what + ")");
+  } catch (const json::exception& e) {  // a value it cannot hold: 1e999 is out_of_range.406
+    throw ApiError(400, "the body is not valid JSON: " + json_error_text(e));
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
   // A request naming another model is refused, never answered by this one: during a rolling

@@ -898,6 +898,17 @@ def test_a_body_that_is_not_json_says_where_without_the_parsers_internals(shared
     assert "json.exception" not in message and "parse_error" not in message, message
 
 
+def test_a_number_past_doubles_range_is_400_without_the_parsers_internals(shared_server):
+    """1e999 is valid JSON that nlohmann cannot hold (out_of_range, not parse_error): a 400 too,
+    never a 500 (the completion parser's fuzz target found it)."""
+    for body in (b'{"prompt": "a", "max_tokens": 1e999}', b'{"prompt": "a", "max_tokens": 1e999'):
+        status, _, data = shared_server.request("POST", "/v1/completions", body)
+        assert status == 400, data
+        message = json.loads(data)["error"]["message"]
+        assert message.startswith("the body is not valid JSON"), message
+        assert "json.exception" not in message, message
+
+
 def test_the_start_and_stop_lines_say_what_listens_and_count_http(serve, tmp_path):
     """With --http alone the start line printed the frame protocol's `up to 1 call a run` and
     its tensors, and the stop line `0 calls in 0 runs` after any number of HTTP tokens (issue
