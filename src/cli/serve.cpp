@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -207,20 +208,17 @@ Run add_serve(CLI::App& app) {
     // What listens, and how. The frame protocol's line is the reference document's own
     // (docs/SPEC-NOTES.md), its calls' tensors below it; with --http, each address says which
     // protocol it speaks, so that an HTTP-only server does not describe frames it never takes.
+    const std::vector<std::string> endpoints = server.endpoints();
+    const auto is_http = [](const std::string& e) { return e.rfind("http://", 0) == 0; };
+    const bool http = std::any_of(endpoints.begin(), endpoints.end(), is_http);
+    const bool frames = !std::all_of(endpoints.begin(), endpoints.end(), is_http);
     std::string where;
-    bool frames = false, http = false;
-    for (const std::string& e : server.endpoints()) {
-      const bool is_http = e.rfind("http://", 0) == 0;
-      frames = frames || !is_http;
-      http = http || is_http;
-    }
     const std::string calls = "up to " + count(static_cast<uint64_t>(o.batch), "call", "calls") + " a run";
-    for (const std::string& e : server.endpoints()) {
-      const bool is_http = e.rfind("http://", 0) == 0;
+    for (const std::string& e : endpoints) {
       if (!where.empty()) where += " and ";
       where += e.rfind("unix:", 0) == 0 ? e.substr(5) : e;
       if (!http) continue;
-      where += is_http ? " (HTTP, the OpenAI API: up to " +
+      where += is_http(e) ? " (HTTP, the OpenAI API: up to " +
                              count(static_cast<uint64_t>(o.http_options.max_active), "generation", "generations") +
                              " a step)"
                        : " (frames: " + calls + ")";
