@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <sys/stat.h>
 
-#include "format/json_text.hpp"
-#include "format/mapped_file.hpp"
+#include "interop/json_file.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::interop {
@@ -39,10 +38,7 @@ std::vector<int32_t> hf_eos_token_ids(const std::string& dir, const json& config
   const std::string generation = dir + "/generation_config.json";
   struct stat st{};
   if (::stat(generation.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    const std::string text = format::read_text_file(generation, size_t{16} << 20);
-    format::check_json_depth(text, generation);
-    const json g = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (g.is_discarded()) throw Error(ErrorKind::format, generation + ": not valid JSON");
+    const json g = read_json_file(generation, size_t{16} << 20);
     if (!g.is_object()) throw Error(ErrorKind::format, generation + ": is not a JSON object");
     if (const auto it = g.find("eos_token_id"); it != g.end() && !it->is_null()) return ids_of(*it, generation, vocab_size);
   }

@@ -29,6 +29,7 @@
 #include "format/mapped_file.hpp"
 #include "format/safetensors.hpp"
 #include "interop/hf_eos.hpp"
+#include "interop/json_file.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
@@ -62,14 +63,7 @@ class Checkpoint {
     const std::string index = dir + "/model.safetensors.index.json";
     std::vector<std::string> files;
     if (is_file(index)) {
-      json j;
-      try {
-        const std::string text = format::read_text_file(index, size_t{64} << 20);
-        format::check_json_depth(text, index);
-        j = json::parse(text);
-      } catch (const json::exception& e) {
-        throw Error(ErrorKind::format, index + ": not valid JSON: " + e.what());
-      }
+      json j = interop::read_json_file(index, size_t{64} << 20);
       if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
         throw Error(ErrorKind::format, index + ": has no weight_map object");
       std::set<std::string> names;
@@ -174,14 +168,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (!format::is_directory(dir)) throw Error(ErrorKind::io, dir + ": is not a directory");
   const std::string where = dir + "/config.json";
-  json cfg;
-  try {
-    const std::string text = format::read_text_file(where, size_t{16} << 20);
-    format::check_json_depth(text, where);
-    cfg = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::format, where + ": not valid JSON: " + e.what());
-  }
+  json cfg = interop::read_json_file(where, size_t{16} << 20);
   if (!cfg.is_object()) throw Error(ErrorKind::format, where + ": is not a JSON object");
 
   // What the architecture is, and what lockstep's Llama lacks, each refused by its field.
