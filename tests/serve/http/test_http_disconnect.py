@@ -68,17 +68,27 @@ def recv_response(conn, buffered):
     return head, rest[:length], rest[length:]
 
 
+LONG = 60000
+
+
 def test_a_request_pipelined_behind_a_running_completion_is_answered_next(serve, model):
     s = serve("--http", "127.0.0.1:0")
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-    conn.sendall(post({"prompt": "Hello", "max_tokens": 3000, "temperature": 0.6, "seed": 2}))
-    wait_metric(s, "lockstep_num_requests_running", 1, 10)
+    # Long enough (about half a second on a fast core) that the next request arrives while it
+    # runs. Waiting for its first token, not for it to be seen running: a poll can miss a short
+    # generation altogether (CI did, on a 3000-token one), and either way the answers must come
+    # in order.
+    conn.sendall(post({"prompt": "Hello", "max_tokens": LONG, "temperature": 0.6, "seed": 2}))
+    deadline = time.monotonic() + 10
+    while metric(s, "lockstep_generation_tokens_total") == 0:
+        assert time.monotonic() < deadline, "the first completion did not start within 10 s"
+        time.sleep(0.01)
     conn.sendall(post({"prompt": "abc", "max_tokens": 20, "temperature": 0.9, "seed": 4})[:7])
     time.sleep(0.2)
     conn.sendall(post({"prompt": "abc", "max_tokens": 20, "temperature": 0.9, "seed": 4})[7:])
     head, body, rest = recv_response(conn, b"")
     assert head.startswith(b"HTTP/1.1 200")
-    assert json.loads(body)["choices"][0]["text"] == generate(model, "Hello", 3000, "0.6", 2).decode(
+    assert json.loads(body)["choices"][0]["text"] == generate(model, "Hello", LONG, "0.6", 2).decode(
         "utf-8", errors="replace")
     head, body, rest = recv_response(conn, rest)
     assert head.startswith(b"HTTP/1.1 200") and rest == b""
