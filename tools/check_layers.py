@@ -81,6 +81,7 @@ PUBLIC_HEADERS = {
     "config.hpp": "format",
     "format.hpp": "format",
     "tokenizer.hpp": "text",
+    "chat_template.hpp": "text",
     "model.hpp": "model",
     "session.hpp": "model",
     "sampling.hpp": "model",

@@ -36,6 +36,7 @@ __all__ = ["client", "http_client", "Client", "ProtocolError", "ServerError", "S
 
 try:
     from ._lockstep import (  # noqa: E402
+        ChatTemplate,
         LanguageModelConfig,
         LanguageModelHostTrainer,
         LanguageModelInference,
@@ -53,6 +54,7 @@ except ImportError as _error:  # not built, or built for another Python
 else:
     extension_error = None
     __all__ += [
+        "ChatTemplate",
         "LanguageModelConfig",
         "LanguageModelHostTrainer",
         "LanguageModelInference",

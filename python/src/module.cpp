@@ -24,6 +24,7 @@ void bind_sampling(py::module_& m);
 void bind_lowbit(py::module_& m);
 void bind_interop(py::module_& m);
 void bind_tokenizer(py::module_& m);
+void bind_chat_template(py::module_& m);
 
 namespace {
 
@@ -237,6 +238,7 @@ PYBIND11_MODULE(_lockstep, m) {
   bind_config(m);
   bind_lowbit(m);  // before the classes whose signatures name PackedTensor
   bind_tokenizer(m);  // before LanguageModelInference, whose tokenizer property gives one
+  bind_chat_template(m);  // and its chat_template
   bind_inference(m);
   bind_trainer(m);
   bind_session(m);

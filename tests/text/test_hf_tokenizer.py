@@ -7,13 +7,13 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import subprocess
 
 import pytest
 
 import hf_corpus
 import hf_styles
+import npm_oracle
 
 lockstep = pytest.importorskip("lockstep")
 
@@ -22,16 +22,7 @@ ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle")
 
 @pytest.fixture(scope="module")
 def oracle():
-    if not shutil.which("npm") or not shutil.which("node"):
-        pytest.skip("SKIPPED: npm or node is missing; the tokenizer.json oracle test did not run")
-    if not os.path.isdir(os.path.join(ORACLE, "node_modules", "tokenizers")):
-        try:
-            r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=ORACLE, capture_output=True,
-                               timeout=180)
-        except subprocess.TimeoutExpired:
-            pytest.skip("SKIPPED: npm ci (tokenizers) took over 180 s (no registry?); the oracle test did not run")
-        if r.returncode != 0:
-            pytest.skip("SKIPPED: npm could not install tokenizers (no registry?): " + r.stderr.decode()[-300:])
+    npm_oracle.install_or_skip(ORACLE, "tokenizers", "the tokenizer.json oracle test")
     r = subprocess.run(["node", "-e", "require('tokenizers')"], cwd=ORACLE, capture_output=True)
     if r.returncode != 0:
         pytest.skip("SKIPPED: the tokenizers package does not load here: " + r.stderr.decode()[-300:])
