@@ -29,6 +29,10 @@ class ChatTemplate {
   // model.json names none. Refuses (Error naming the file) one that is missing, changed
   // (SHA-256), malformed or that the interpreter cannot run.
   static std::unique_ptr<ChatTemplate> for_model(std::string_view model_path);
+  // The template of a model that has none, the HTTP API's since before templates: each message as
+  // "<role>: <content>\n" (roles system, user and assistant alone), then "assistant:" when
+  // add_generation_prompt.
+  static ChatTemplate builtin();
   ~ChatTemplate();
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;

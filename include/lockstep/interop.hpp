@@ -43,6 +43,7 @@ struct ImportHfResult {
   std::vector<std::string> dtypes; // the dtypes met, e.g. {"BF16"}
   bool tokenizer_model = false;    // a tokenizer was imported (named in model.json)
   std::string tokenizer_file;      // which: "tokenizer.model" (SentencePiece), "tokenizer.json" or ""
+  bool chat_template = false;      // tokenizer_config.json's chat template was kept (chat_template.json)
   // eos_token_id (generation_config.json's over config.json's), kept as model.json's eos_token_ids
   std::vector<int32_t> eos_token_ids;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arg_types.hpp"
+#include "chat.hpp"
 #include "convert.hpp"
 #include "inference.hpp"
 #include "lockstep/model.hpp"
@@ -82,6 +83,7 @@ void bind_inference(py::module_& m) {
               self.model = parameters.cast<const Inference&>().model;
               self.given_format = parameters.cast<const Inference&>().given_format;
               self.tokenizer = parameters.cast<const Inference&>().tokenizer;
+              self.chat_template = parameters.cast<const Inference&>().chat_template;
               if (!shape.is_none() && !(config_from(shape) == self.config()))
                 throw py::value_error("shape must be None or the model's own dimensions (" +
                                       py::repr(py::cast(self.config())).cast<std::string>() + "); got " +
@@ -117,6 +119,7 @@ void bind_inference(py::module_& m) {
               py::gil_scoped_release release;
               loaded.model = Model::load(where, options);
               loaded.tokenizer = Tokenizer::for_model(where);
+              loaded.chat_template = ChatTemplate::for_model(where);
             }
             if (type.is(py::type::of<Inference>())) return InferenceResult(py::cast(std::move(loaded)));
             return InferenceResult(type(py::cast(std::move(loaded)), py::arg("threaded") = threaded,
@@ -254,6 +257,32 @@ position (with lengths, its last real position), ties going to the lowest id.
           "tokenizer", [](const Inference& self) { return self.tokenizer; },
           "The model's tokenizer (a lockstep.Tokenizer) when its model.json names one, else None: "
           "generate() and Session.append() then take and give text through it.")
+      .def_property_readonly(
+          "chat_template", [](const Inference& self) { return self.chat_template; },
+          "The model's chat template (a lockstep.ChatTemplate) when its model.json names one, else None.")
+      .def(
+          "apply_chat_template",
+          [](const Inference& self, py::handle messages, bool add_generation_prompt, bool tokenize) -> py::object {
+            const std::string json = messages_json(messages);
+            const ChatTemplate fallback = ChatTemplate::builtin();
+            const ChatTemplate& t = self.chat_template ? *self.chat_template : fallback;
+            std::string text;
+            std::vector<int32_t> ids;
+            {
+              py::gil_scoped_release release;
+              text = t.render_json(json, add_generation_prompt);
+              if (tokenize && self.tokenizer) ids = self.tokenizer->encode(text, false);
+            }
+            if (!tokenize) return decoded_str(text);
+            if (self.tokenizer) return py::cast(ids);
+            if (self.config().vocab_size != 256)
+              throw py::value_error("tokenize=True: the model has no tokenizer and its ids are not bytes");
+            return py::cast(std::vector<int32_t>(text.begin(), text.end()));
+          },
+          py::arg("messages"), py::kw_only(), py::arg("add_generation_prompt") = false, py::arg("tokenize") = false,
+          "The prompt of a conversation (messages: a list of dicts with role and content) through the model's\n"
+          "chat template (the built-in one when it has none), as /v1/chat/completions renders it: a str, or with\n"
+          "tokenize=True its ids, encoded with add_special_tokens=False (a template writes its own BOS).")
       .def("__repr__", [](const Inference& self) {
         return "<lockstep.LanguageModelInference d_model=" + std::to_string(self.config().d_model) +
                " n_layers=" + std::to_string(self.config().n_layers) +

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "convert.hpp"
+#include "lockstep/chat_template.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/tokenizer.hpp"
 
@@ -20,6 +21,8 @@ struct Inference {
   std::string given_format;
   // The tokenizer model.json names (from_checkpoint); null: none, or built from parameters.
   std::shared_ptr<Tokenizer> tokenizer;
+  // The chat template model.json names (from_checkpoint); null: none (the built-in one is used).
+  std::shared_ptr<ChatTemplate> chat_template;
 
   std::string weight_format() const { return given_format.empty() ? model->weight_format() : given_format; }
 

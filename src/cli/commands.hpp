@@ -23,6 +23,7 @@ Run add_serve(CLI::App& app);
 Run add_train(CLI::App& app);  // `train`, with the alias `run`
 Run add_eval(CLI::App& app);
 Run add_generate(CLI::App& app);
+Run add_chat(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_export(CLI::App& app);
 Run add_export_gguf(CLI::App& app);

@@ -6,25 +6,12 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/sampling_flags.hpp"
 #include "lockstep/generator.hpp"
 #include "lockstep/tokenizer.hpp"
 
 namespace lockstep::cli {
 namespace {
-
-// A decimal (or "inf", "nan") rounded once to the nearest f32, as examples/sample.py rounds it
-// (lockstep.sampling.f32_from_text), so that both sample with the same bits for any text.
-float f32_from_text(const std::string& text, const char* flag) {
-  const char* begin = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
-  const char* end = text.data() + text.size();
-  float value = 0.0f;
-  const auto [stop, ec] = std::from_chars(begin, end, value);
-  if (ec == std::errc::result_out_of_range)
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": " + text + " is out of the f32 range");
-  if (ec != std::errc() || stop != end || begin == end)
-    throw Error(ErrorKind::invalid_argument, std::string(flag) + ": '" + text + "' is not a number");
-  return value;
-}
 
 // "5,17,3" -> {5, 17, 3}: decimal ids, comma-separated (the range is the Generator's check).
 std::vector<int32_t> ids_from_text(const std::string& text) {
@@ -54,12 +41,8 @@ Run add_generate(CLI::App& app) {
   struct Flags {
     ModelFlags model;
     std::string prompt, prompt_ids, stop;
-    int32_t tokens = 64;
-    std::string temperature = "0", top_p = "1";  // parsed by f32_from_text
-    int32_t top_k = 0;
-    uint64_t seed = 0;
+    SamplingFlags sampling;
     bool no_truncate = false;
-    bool ignore_eos = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed as it comes");
@@ -68,15 +51,9 @@ Run add_generate(CLI::App& app) {
   CLI::Option* ids = cmd->add_option("--prompt-ids", f->prompt_ids, "the prompt as token ids, comma-separated (a model without a tokenizer)");
   text->excludes(ids);
   ids->excludes(text);
-  cmd->add_option("-n,--tokens", f->tokens, "the most tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", f->temperature, "0: greedy; higher: more varied")->type_name("FLOAT")->capture_default_str();
-  cmd->add_option("--top-k", f->top_k, "sample among the k most likely bytes (0: all)")->capture_default_str();
-  cmd->add_option("--top-p", f->top_p, "sample among the most likely bytes holding this mass (1: all)")->type_name("FLOAT")->capture_default_str();
-  cmd->add_option("--seed", f->seed, "sampling seed: the same seed gives the same text")->capture_default_str();
+  f->sampling.add_to(*cmd);
   cmd->add_option("--stop", f->stop, "stop once the generated text ends with this (a tokenizer's text: right after it)");
   cmd->add_flag("--no-truncate", f->no_truncate, "refuse a prompt longer than the window instead of keeping its end");
-  cmd->add_flag("--ignore-eos", f->ignore_eos,
-                "go on past an end-of-sequence id (model.json's eos_token_ids) to --tokens");
   cmd->footer(
       "Past the window (W bytes, the model's length) generation goes on: when the context is full, it\n"
       "restarts from position 0 with its last W - floor(W/2) bytes (the newest one included), computed\n"
@@ -103,12 +80,9 @@ Run add_generate(CLI::App& app) {
     if (!bytes && !tokenizer && !f->stop.empty())
       throw Error(ErrorKind::unsupported, "--stop compares text; this model has no tokenizer (vocabulary of " +
                                               std::to_string(vocab) + " ids)");
-    GenerateOptions g;
-    g.sampling = {f32_from_text(f->temperature, "--temperature"), f->top_k, f32_from_text(f->top_p, "--top-p"), f->seed};
-    g.max_tokens = f->tokens;
+    GenerateOptions g = f->sampling.options();
     if (bytes) g.stop = f->stop;  // with a tokenizer the decoded text is compared (TextStream)
     g.truncate_prompt = !f->no_truncate;
-    g.ignore_eos = f->ignore_eos;
     std::vector<int32_t> prompt;
     if (ids->count() > 0) {
       prompt = ids_from_text(f->prompt_ids);

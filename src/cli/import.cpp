@@ -44,6 +44,7 @@ Run add_import(CLI::App& app) {
     // The same line `inspect` prints for the directory written (one rule for how text becomes ids).
     std::printf("tokenizer  %s%s\n", tokenizer_line(f->out, c.vocab_size).c_str(),
                 r.tokenizer_model ? " (copied into the model directory)" : "");
+    if (r.chat_template) std::printf("chat template: tokenizer_config.json's, kept as chat_template.json\n");
     if (!r.eos_token_ids.empty()) {
       std::string ids;
       for (int32_t id : r.eos_token_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(id);

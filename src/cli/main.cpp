@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   add(&lockstep::cli::add_train);
   add(&lockstep::cli::add_eval);
   add(&lockstep::cli::add_generate);
+  add(&lockstep::cli::add_chat);
   add(&lockstep::cli::add_bench);
   add(&lockstep::cli::add_export);
   add(&lockstep::cli::add_export_gguf);

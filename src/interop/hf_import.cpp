@@ -28,6 +28,7 @@
 #include "format/half.hpp"
 #include "format/mapped_file.hpp"
 #include "format/safetensors.hpp"
+#include "interop/hf_chat_template.hpp"
 #include "interop/hf_eos.hpp"
 #include "interop/json_file.hpp"
 #include "lockstep/error.hpp"
@@ -234,6 +235,9 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     tokenizer = Tokenizer::hf_json(hf_json);
     tokenizer_name = "tokenizer.json";
   }
+  // Its chat template (tokenizer_config.json's), kept beside it: checked here too, so that one
+  // the interpreter cannot run is refused, naming the construct, before anything is written.
+  const std::string chat_template = tokenizer ? interop::hf_chat_template_file(dir) : std::string();
 
   ModelConfig c;
   c.d_model = int_field(cfg, where, "hidden_size");
@@ -370,6 +374,11 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     auto meta_json = nlohmann::ordered_json::parse(format::read_text_file(target.file("model.json"), size_t{16} << 20));
     meta_json["tokenizer"] = {{"type", hf ? "huggingface" : "sentencepiece"}, {"file", tokenizer_name},
                               {"sha256", sha256_hex(bytes.data(), bytes.size())}};
+    if (!chat_template.empty()) {
+      format::write_file_synced(target.file("chat_template.json"), chat_template);
+      meta_json["chat_template"] = {{"file", "chat_template.json"},
+                                    {"sha256", sha256_hex(chat_template.data(), chat_template.size())}};
+    }
     ::unlink(target.file("model.json").c_str());
     format::write_file_synced(target.file("model.json"), meta_json.dump(2) + "\n");
     target.commit();
@@ -381,6 +390,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   r.dtypes.assign(dtypes.begin(), dtypes.end());
   r.tokenizer_model = with_tokenizer;
   r.tokenizer_file = tokenizer_name;
+  r.chat_template = !chat_template.empty();
   r.eos_token_ids = meta.eos_token_ids;
   return r;
 }

@@ -135,6 +135,19 @@ std::string chat_prompt(const json& messages) {
   return text + "assistant:";
 }
 
+std::vector<int32_t> chat_prompt_ids(const json& messages, bool add_generation_prompt, const ModelConfig& config,
+                                     const Tokenizer* tokenizer, const ChatTemplate* chat_template) {
+  const std::string builtin = chat_prompt(messages);  // the messages' checks too
+  if (!chat_template) return ids_of(builtin, config, tokenizer, "messages");
+  std::string text;
+  try {
+    text = chat_template->render_json(messages.dump(), add_generation_prompt);
+  } catch (const Error& e) {
+    throw bad("messages", std::string("'messages': ") + e.what());
+  }
+  return ids_of(text, config, tokenizer, "messages", false);
+}
+
 namespace {
 
 // nlohmann's message less its own tag ("[json.exception.parse_error.101] "): the client reads
@@ -173,14 +186,14 @@ json parse_body(const std::string& body, const std::string& model_name) {
 }
 
 CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
-                                   const Tokenizer* tokenizer, bool chat) {
+                                   const Tokenizer* tokenizer, bool chat, const ChatTemplate* chat_template) {
   const json j = parse_body(body, model_name);
   CompletionRequest r;
   r.chat = chat;
   const int32_t vocab = config.vocab_size;
   if (chat) {
     if (!j.contains("messages")) throw bad("messages", "'messages' is required");
-    r.prompts.push_back(ids_of(chat_prompt(j["messages"]), config, tokenizer, "messages"));
+    r.prompts.push_back(chat_prompt_ids(j["messages"], true, config, tokenizer, chat_template));
   } else {
     if (!j.contains("prompt")) throw bad("prompt", "'prompt' is required");
     const json& given = j["prompt"];
@@ -302,9 +315,21 @@ std::string token_text(int32_t token, const Tokenizer* tokenizer, bool bytes) {
 }
 
 json tokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
-                     const Tokenizer* tokenizer) {
+                     const Tokenizer* tokenizer, const ChatTemplate* chat_template) {
   const json j = parse_body(body, model_name);
-  if (j.contains("messages")) throw bad("messages", "'messages' is not supported here: give the text as 'prompt'");
+  if (j.contains("messages")) {
+    if (j.contains("prompt")) throw bad("prompt", "give either 'prompt' or 'messages', not both");
+    if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_null() &&
+        boolean(j["add_special_tokens"], "add_special_tokens"))
+      throw bad("add_special_tokens", "'add_special_tokens' must be false with 'messages': the template writes its own");
+    const bool gen = !j.contains("add_generation_prompt") || j["add_generation_prompt"].is_null() ||
+                     boolean(j["add_generation_prompt"], "add_generation_prompt");
+    if (!tokenizer && config.vocab_size != 256)
+      throw bad("messages", "this model has no tokenizer (a vocabulary of " + std::to_string(config.vocab_size) +
+                                " ids), so it takes no text");
+    const std::vector<int32_t> ids = chat_prompt_ids(j["messages"], gen, config, tokenizer, chat_template);
+    return {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", config.length}};
+  }
   if (!j.contains("prompt") || !j["prompt"].is_string()) throw bad("prompt", "'prompt' must be a string");
   const bool special = !j.contains("add_special_tokens") || j["add_special_tokens"].is_null() ||
                        boolean(j["add_special_tokens"], "add_special_tokens");

@@ -15,6 +15,7 @@
 
 #include "lockstep/generator.hpp"
 #include "lockstep/config.hpp"
+#include "lockstep/chat_template.hpp"
 #include "lockstep/tokenizer.hpp"
 
 namespace lockstep::serve {
@@ -61,11 +62,12 @@ inline constexpr int32_t max_request_tokens = 1 << 20;
 
 // Throws ApiError (400 naming the field) for anything wrong, 404 model_not_found for a `model`
 // field other than `model_name` (the served name). `chat`: a chat completion, whose
-// `messages` become the prompt through chat_prompt. `tokenizer`: the model's (null: none), which
+// `messages` become the prompt through chat_prompt_ids (the model's `chat_template`, else
+// chat_prompt). `tokenizer`: the model's (null: none), which
 // encodes text (BOS, then the pieces, as `lockstep generate`); a model with neither a tokenizer nor
 // the 256 bytes takes token ids only and refuses text, `stop` and `echo`.
 CompletionRequest parse_completion(const std::string& body, const ModelConfig& config, const std::string& model_name,
-                                   const Tokenizer* tokenizer, bool chat);
+                                   const Tokenizer* tokenizer, bool chat, const ChatTemplate* chat_template = nullptr);
 
 // A request's body as a JSON object: refused (ApiError 400) past kMaxJsonDepth levels, when not
 // JSON or not an object; 404 model_not_found when its `model` names another than `model_name`.
@@ -74,9 +76,11 @@ nlohmann::json parse_body(const std::string& body, const std::string& model_name
 // The tokenizer endpoints vLLM serves, which lm-evaluation-harness's remote tokenizer calls
 // (docs/HTTP.md, "Tokenizer endpoints"). POST /tokenize {"prompt", "add_special_tokens"
 // (default true: a tokenizer's BOS first, as completions encode text)} -> {"tokens", "count",
-// "max_model_len"}; a byte model's tokens are the text's UTF-8 bytes.
+// "max_model_len"}; a byte model's tokens are the text's UTF-8 bytes. vLLM's chat form
+// {"messages", "add_generation_prompt" (default true)} gives the ids a chat completion of those
+// messages would compute from (chat_prompt_ids).
 nlohmann::json tokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
-                               const Tokenizer* tokenizer);
+                               const Tokenizer* tokenizer, const ChatTemplate* chat_template = nullptr);
 // POST /detokenize {"tokens"} -> {"prompt"}: a byte model's bytes made valid UTF-8 (as a
 // completion's text), else the tokenizer's decoding. A model of token ids only has no text: 400.
 nlohmann::json detokenize_answer(const std::string& body, const ModelConfig& config, const std::string& model_name,
@@ -97,6 +101,12 @@ std::vector<std::pair<std::string, std::string>> cors_preflight_headers(std::str
 // The chat template for a base byte model: each message as "<role>: <content>\n", then
 // "assistant:" — the text the model continues.
 std::string chat_prompt(const nlohmann::json& messages);
+// The token sequence of a conversation's next turn (docs/HTTP.md, "Chat"): the whole of
+// `messages` rendered once, by `chat_template` with add_generation_prompt when the model has one
+// (else chat_prompt), and encoded once with add_special_tokens false (a template writes its own
+// BOS). ApiError 400 naming `messages` when the template refuses them.
+std::vector<int32_t> chat_prompt_ids(const nlohmann::json& messages, bool add_generation_prompt, const ModelConfig& config,
+                                     const Tokenizer* tokenizer, const ChatTemplate* chat_template);
 
 // A byte token as logprobs show it: the character when printable ASCII, else "bytes:\xNN".
 std::string token_text(int32_t token);

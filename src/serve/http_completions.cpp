@@ -20,7 +20,8 @@ void HttpSession::completion(bool chat) {
   // A large body's parsed JSON is given back with the answer, refused or not.
   trim_after_response_ = request_.body().size() >= trim_after_bytes;
   CompletionRequest parsed =
-      parse_completion(request_.body(), context_.model->config(), context_.model_name, context_.tokenizer.get(), chat);
+      parse_completion(request_.body(), context_.model->config(), context_.model_name, context_.tokenizer.get(), chat,
+                       context_.chat_template.get());
   // What its answer may take (answer_budget.hpp): refused before anything is computed or kept.
   check_answer_budget(parsed, bytes_model() ? byte_token_text : context_.tokenizer ? piece_token_text : id_token_text);
   completion_ = std::move(parsed);

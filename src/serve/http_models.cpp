@@ -39,7 +39,8 @@ void HttpSession::answer_tokenizer(const std::string& path) {
   if (path == "/tokenizer_info") return respond(200, "application/json", json_body(tokenizer_info(config, tokenizer)));
   if (path == "/tokenize")
     return respond(200, "application/json",
-                   json_body(tokenize_answer(request_.body(), config, context_.model_name, tokenizer)));
+                   json_body(tokenize_answer(request_.body(), config, context_.model_name, tokenizer,
+                                             context_.chat_template.get())));
   respond(200, "application/json", json_body(detokenize_answer(request_.body(), config, context_.model_name, tokenizer)));
 }
 

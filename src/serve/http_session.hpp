@@ -62,6 +62,7 @@ struct HttpContext {
   std::vector<std::string> cors_origins;            // --cors-origin (HttpOptions::cors_origins)
   HostRules hosts;                                  // the Host names taken (--allowed-host, the bound addresses)
   AccessLog* access_log = nullptr;                  // --access-log; null: none
+  std::shared_ptr<const ChatTemplate> chat_template;  // the model's; null: none (chat_prompt's text)
 };
 
 // Flow control: how many tokens a generation may run ahead of its connection, and how many bytes

@@ -23,6 +23,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "lockstep/chat_template.hpp"
 #include "lockstep/tokenizer.hpp"
 #include "serve/access_log.hpp"
 #include "serve/batcher.hpp"
@@ -57,6 +58,12 @@ void no_delay(serve::StreamSocket& socket) {
 std::shared_ptr<const Tokenizer> http_tokenizer(const Model& model, const ServerOptions& o) {
   if (o.http.empty() || model.source().directory.empty()) return nullptr;
   return Tokenizer::for_model(model.source().directory);
+}
+
+// Its chat template for /v1/chat/completions (null: none, as above); a broken one refuses the start.
+std::shared_ptr<const ChatTemplate> http_chat_template(const Model& model, const ServerOptions& o) {
+  if (o.http.empty() || model.source().directory.empty()) return nullptr;
+  return ChatTemplate::for_model(model.source().directory);
 }
 
 std::vector<uint8_t> frame_of_text(const std::string& text) {
@@ -98,7 +105,8 @@ struct Server::Impl {
                      http_tokenizer(*model, options),
                      options.http_options.cors_origins,
                      {},        // hosts: once the addresses are bound
-                     nullptr},  // access_log: opened then too
+                     nullptr,   // access_log: opened then too
+                     http_chat_template(*model, options)},
         drain_timer(strand) {
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));

@@ -100,6 +100,17 @@ std::unique_ptr<ChatTemplate> ChatTemplate::for_model(std::string_view model_pat
   return tmpl;
 }
 
+ChatTemplate ChatTemplate::builtin() {
+  return ChatTemplate(
+      "{% for m in messages %}"
+      "{% if m.role not in ['system', 'user', 'assistant'] %}"
+      "{{ raise_exception('a role must be system, user or assistant, not ' ~ m.role) }}{% endif %}"
+      "{{ m.role }}: {{ m.content }}\n"
+      "{% endfor %}"
+      "{% if add_generation_prompt %}assistant:{% endif %}",
+      "", "", "the built-in chat template");
+}
+
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
   using text::jinja::Value;
   text::jinja::List list;
