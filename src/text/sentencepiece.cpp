@@ -1,6 +1,7 @@
 // SentencePiece models through Debian's libsentencepiece (text/tokenizer_impl.hpp).
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "lockstep/error.hpp"
@@ -11,15 +12,46 @@ namespace {
 
 struct SentencePiece final : Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
+  // The special pieces (control and unknown: <s>, </s>, <unk>) as (text, id), longest first.
+  std::vector<std::pair<std::string, int32_t>> specials;
 
-  std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
+  void find_specials() {
+    for (int id = 0; id < sp.GetPieceSize(); ++id)
+      if ((sp.IsControl(id) || sp.IsUnknown(id)) && !sp.IdToPiece(id).empty())
+        specials.emplace_back(sp.IdToPiece(id), id);
+    std::stable_sort(specials.begin(), specials.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  }
+
+  void encode_piece(std::string_view text, std::vector<int32_t>& out) const {
     std::vector<int> ids;
     const auto status = sp.Encode(std::string(text), &ids);
     if (!status.ok()) throw Error(ErrorKind::invalid_argument, "the tokenizer cannot encode the text: " + status.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+
+  // The special pieces' strings in the text become their ids, as Hugging Face's Llama tokenizers
+  // split them out first (a rendered chat template writes `</s>`); the text between them is
+  // encoded piece by piece, each with SentencePiece's own rules (its leading-space prefix too,
+  // as transformers' legacy Llama tokenizer and its tokenizer.json's Prepend normalizer do).
+  std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
     // Llama's SentencePiece models expect BOS before a text (what every front end did by hand).
     std::vector<int32_t> out;
     if (add_special && sp.bos_id() >= 0) out.push_back(sp.bos_id());
-    out.insert(out.end(), ids.begin(), ids.end());
+    size_t from = 0;
+    for (size_t at = 0; at < text.size();) {
+      const auto hit = std::find_if(specials.begin(), specials.end(),
+                                    [&](const auto& s) { return text.compare(at, s.first.size(), s.first) == 0; });
+      if (hit == specials.end()) {
+        ++at;
+        continue;
+      }
+      if (at > from) encode_piece(text.substr(from, at - from), out);
+      out.push_back(hit->second);
+      at += hit->first.size();
+      from = at;
+    }
+    if (from < text.size()) encode_piece(text.substr(from), out);
     return out;
   }
 
@@ -82,6 +114,7 @@ std::unique_ptr<Tokenizer::Impl> load_sentencepiece(const std::string& bytes, co
   auto impl = std::make_unique<SentencePiece>();
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(ErrorKind::format, path + ": not a SentencePiece model: " + status.ToString());
+  impl->find_specials();
   return impl;
 }
 

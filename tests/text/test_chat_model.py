@@ -265,3 +265,45 @@ def test_openai_client_chats_whole_and_streamed(server):
     got = json.loads(r.stdout)
     expected = server.chat(conversation())
     assert got["whole"] == got["streamed"] == expected and got["finish"] in ("length", "stop")
+
+
+def test_sentencepiece_splits_special_tokens_out_first(tmp_path):
+    """On the SentencePiece path too, a rendered template's special tokens (TinyLlama's `</s>`)
+    become their ids, and the text between them is SentencePiece's own encoding of each piece
+    (Debian's python3-sentencepiece as the oracle: spm_encode reads lines, and the pieces hold
+    line ends), as Hugging Face's Llama tokenizers split them."""
+    import shutil
+
+    sentencepiece = pytest.importorskip("sentencepiece")
+    if shutil.which("spm_train") is None:
+        pytest.skip("SKIPPED: spm_train (Debian's sentencepiece) is missing")
+    text = tmp_path / "text.txt"
+    text.write_text("".join("hello there user assistant who are you number %d\n" % i for i in range(40)))
+    done = subprocess.run(["spm_train", "--input=%s" % text, "--model_prefix=%s" % (tmp_path / "sp"), "--vocab_size=30",
+                           "--model_type=unigram"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    model = tmp_path / "sp.model"
+    d = tmp_path / "m"
+    d.mkdir()
+    data = model.read_bytes()
+    (d / "tokenizer.model").write_bytes(data)
+    (d / "model.json").write_text(json.dumps({"format": "lockstep.model", "tokenizer": {
+        "type": "sentencepiece", "file": "tokenizer.model", "sha256": hashlib.sha256(data).hexdigest()}}))
+    tok = lockstep.Tokenizer.for_model(str(d))
+
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(model)).encode
+
+    tiny = lockstep.ChatTemplate(chat_oracles.template_text("tinyllama-chat-v1.0"), bos_token="<s>", eos_token="</s>")
+    rendered = tiny.render([{"role": "system", "content": "who are you"}, {"role": "user", "content": "hello there"},
+                            {"role": "assistant", "content": "number 7"}], add_generation_prompt=True)
+    for sample in [rendered, "<s>hello</s>", "x<unk>y </s></s> there", "no specials at all"]:
+        expected, rest = [], sample
+        while rest:
+            at = min([(rest.find(s), s) for s in ("<s>", "</s>", "<unk>") if s in rest] or [(len(rest), "")])
+            if at[0] > 0:
+                expected += spm(rest[:at[0]])
+            if at[1]:
+                expected.append({"<unk>": 0, "<s>": 1, "</s>": 2}[at[1]])
+            rest = rest[at[0] + len(at[1]):]
+        assert tok.encode(sample) == expected, sample
+    assert tok.encode(rendered).count(2) == 3  # the three turns' </s>
