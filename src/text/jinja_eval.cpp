@@ -17,7 +17,11 @@ using Frame = std::map<std::string, Value>;
 using Frames = std::vector<std::shared_ptr<Frame>>;
 
 constexpr int max_macro_depth = 64;
-constexpr size_t max_output = size_t{64} << 20;
+// Statements run and loop iterations a render may take: far past any chat template's (one step
+// per message and tag), so that a template looping over range() cannot run for hours.
+constexpr int64_t max_steps = 20'000'000;
+constexpr size_t max_output = size_t{64} << 20;  // bytes of the text, and of any string made
+constexpr size_t max_items = 1'000'000;          // items of any list made
 
 [[noreturn]] void fail(int line, const std::string& what) {
   throw RenderError{"line " + std::to_string(line) + ": " + what};
@@ -31,10 +35,11 @@ enum class Flow { normal, break_, continue_ };
 
 class Renderer {
  public:
-  Renderer(Frames frames, int depth) : frames_(std::move(frames)), depth_(depth) {}
+  Renderer(Frames frames, int depth, int64_t* steps) : frames_(std::move(frames)), depth_(depth), steps_(steps) {}
 
   Flow run(const Body& body, std::string& out) {
     for (const auto& n : body) {
+      if (++*steps_ > max_steps) fail(n->line, "the template runs past " + std::to_string(max_steps) + " steps");
       const Flow f = exec(*n, out);
       if (f != Flow::normal) return f;
       if (out.size() > max_output) fail(n->line, "the rendered text passes 64 MiB");
@@ -75,8 +80,9 @@ class Renderer {
         const Node* def = &n;
         Frames closure = frames_;
         const int depth = depth_;
-        m.fn = std::make_shared<const Callable>(Callable{n.text, [def, closure, depth](const Args& args) {
-                                                           return call_macro(*def, closure, depth, args);
+        int64_t* steps = steps_;
+        m.fn = std::make_shared<const Callable>(Callable{n.text, [def, closure, depth, steps](const Args& args) {
+                                                           return call_macro(*def, closure, depth, steps, args);
                                                          }});
         (*frames_.back())[n.text] = std::move(m);
         return Flow::normal;
@@ -87,13 +93,13 @@ class Renderer {
     return Flow::normal;
   }
 
-  static Value call_macro(const Node& def, const Frames& closure, int depth, const Args& args) {
+  static Value call_macro(const Node& def, const Frames& closure, int depth, int64_t* steps, const Args& args) {
     if (depth >= max_macro_depth) fail(def.line, "macro calls nest deeper than " + std::to_string(max_macro_depth));
     if (args.positional.size() > def.params.size())
       fail(def.line, "macro " + def.text + " takes " + std::to_string(def.params.size()) + " arguments");
     Frames frames = closure;
     frames.push_back(std::make_shared<Frame>());
-    Renderer inner(frames, depth + 1);
+    Renderer inner(frames, depth + 1, steps);
     for (const auto& [k, v] : args.named) {
       bool known = false;
       for (const auto& p : def.params) known = known || p.first == k;
@@ -149,6 +155,7 @@ class Renderer {
                    {"nextitem", k + 1 < count ? all[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem")}};
       (*frame)["loop"] = Value::make_dict(std::move(info));
       frames_.push_back(frame);
+      if (++*steps_ > max_steps) fail(n.line, "the template runs past " + std::to_string(max_steps) + " steps");
       const Flow f = run(n.body, out);
       frames_.pop_back();
       if (f == Flow::break_) break;
@@ -266,6 +273,11 @@ class Renderer {
         return e.c ? eval(*e.c) : Value::undefined();
     }
     return Value::undefined();
+  }
+
+  static Value sized(Value v, int line) {
+    if (v.s.size() > max_output) fail(line, "a string past 64 MiB");
+    return v;
   }
 
   static Value attribute(const Value& obj, const std::string& name, int line) {
@@ -395,14 +407,13 @@ class Renderer {
     if (op == ">") return Value::boolean(compare(a, b, e.line) > 0);
     if (op == "<=") return Value::boolean(compare(a, b, e.line) <= 0);
     if (op == ">=") return Value::boolean(compare(a, b, e.line) >= 0);
-    if (op == "~") {
-      return Value::string(to_str(a) + to_str(b));
-    }
+    if (op == "~") return sized(Value::string(to_str(a) + to_str(b)), e.line);
     if (a.is_undefined()) undefined_use(a, e.line, "operator " + op);
     if (b.is_undefined()) undefined_use(b, e.line, "operator " + op);
     if (op == "+") {
-      if (a.kind == Value::Kind::string && b.kind == Value::Kind::string) return Value::string(a.s + b.s);
+      if (a.kind == Value::Kind::string && b.kind == Value::Kind::string) return sized(Value::string(a.s + b.s), e.line);
       if (a.kind == Value::Kind::list && b.kind == Value::Kind::list) {
+        if (a.list->size() + b.list->size() > max_items) fail(e.line, "a list of more than a million items");
         List out = *a.list;
         out.insert(out.end(), b.list->begin(), b.list->end());
         return Value::make_list(std::move(out));
@@ -414,7 +425,8 @@ class Renderer {
       if (seq && (times->kind == Value::Kind::integer || times->kind == Value::Kind::boolean)) {
         const int64_t n = times->kind == Value::Kind::boolean ? int64_t{times->b} : times->i;
         const size_t unit = seq->kind == Value::Kind::string ? seq->s.size() : seq->list->size();
-        if (n > 0 && unit > 0 && static_cast<uint64_t>(n) > max_output / unit) fail(e.line, "a repetition past 64 MiB");
+        const size_t cap = seq->kind == Value::Kind::string ? max_output : max_items;
+        if (n > 0 && unit > 0 && static_cast<uint64_t>(n) > cap / unit) fail(e.line, "a repetition too large");
         if (seq->kind == Value::Kind::string) {
           std::string out;
           for (int64_t k = 0; k < n; ++k) out += seq->s;
@@ -464,6 +476,7 @@ class Renderer {
 
   Frames frames_;
   int depth_;
+  int64_t* steps_;  // shared by the macros it calls
 };
 
 }  // namespace
@@ -472,7 +485,8 @@ std::string render(const Body& body, const std::map<std::string, Value>& context
   Frames frames;
   frames.push_back(std::make_shared<Frame>(context));
   frames.push_back(std::make_shared<Frame>());  // the template's own `set`s
-  Renderer r(std::move(frames), 0);
+  int64_t steps = 0;
+  Renderer r(std::move(frames), 0, &steps);
   std::string out;
   r.run(body, out);
   return out;

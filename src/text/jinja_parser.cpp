@@ -31,6 +31,7 @@ class Parser {
   // Statements up to a tag named in `ends` (returned in `stop`, its tokens in toks_ after the
   // name), or the template's end (stop empty; an error when `ends` is not empty).
   Body block(const std::vector<std::string>& ends, std::string& stop) {
+    const Nest nest(*this, line_);
     Body body;
     while (seg_ < segs_.size()) {
       const Segment& s = segs_[seg_++];
@@ -211,7 +212,19 @@ class Parser {
 
   // ---- expressions ----
 
+  // Nesting (of expressions, and of blocks) is bounded, so that the parser's and the renderer's
+  // recursion is: a template nesting deeper is refused.
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser, int line) : p(parser) {
+      if (++p.depth_ > max_depth) p.fail(line, "nesting deeper than " + std::to_string(max_depth) + " levels");
+    }
+    ~Nest() { --p.depth_; }
+  };
+  static constexpr int max_depth = 200;
+
   ExprPtr expression(bool with_conditional = true) {
+    const Nest nest(*this, peek().line);
     ExprPtr e = or_expr();
     while (with_conditional && is_name("if")) {
       const int line = next().line;
@@ -249,6 +262,7 @@ class Parser {
     return e;
   }
   ExprPtr not_expr() {
+    const Nest nest(*this, peek().line);
     if (is_name("not")) {
       const int line = next().line;
       auto e = make(Expr::Kind::unary, line);
@@ -316,6 +330,7 @@ class Parser {
     return e;
   }
   ExprPtr unary(bool with_filter) {
+    const Nest nest(*this, peek().line);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
@@ -542,6 +557,7 @@ class Parser {
   const std::vector<Token>* toks_ = nullptr;
   size_t at_ = 0;
   int loops_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
