@@ -19,7 +19,7 @@ using Frames = std::vector<std::shared_ptr<Frame>>;
 constexpr int max_macro_depth = 64;
 // Statements run and loop iterations a render may take: far past any chat template's (one step
 // per message and tag), so that a template looping over range() cannot run for hours.
-constexpr int64_t max_steps = 20'000'000;
+constexpr int64_t max_steps = 1'000'000;
 constexpr size_t max_output = size_t{64} << 20;  // bytes of the text, and of any string made
 constexpr size_t max_items = 1'000'000;          // items of any list made
 
@@ -131,6 +131,7 @@ class Renderer {
     if (n.filter) {  // `for x in xs if cond`: the loop counts the kept items alone
       List kept;
       for (const Value& item : all) {
+        if (++*steps_ > max_steps) fail(n.line, "the template runs past " + std::to_string(max_steps) + " steps");
         frames_.push_back(std::make_shared<Frame>());
         bind(*frames_.back(), item);
         const bool keep = truthy(eval(*n.filter));
