@@ -142,25 +142,29 @@ class Renderer {
     }
     if (all.empty()) return run_scoped(n.else_body, out);
     const auto count = static_cast<int64_t>(all.size());
-    for (int64_t k = 0; k < count; ++k) {
-      auto frame = std::make_shared<Frame>();
-      bind(*frame, all[static_cast<size_t>(k)]);
-      Dict info = {{"index", Value::integer(k + 1)},
-                   {"index0", Value::integer(k)},
-                   {"revindex", Value::integer(count - k)},
-                   {"revindex0", Value::integer(count - k - 1)},
-                   {"first", Value::boolean(k == 0)},
-                   {"last", Value::boolean(k == count - 1)},
-                   {"length", Value::integer(count)},
-                   {"previtem", k > 0 ? all[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem")},
-                   {"nextitem", k + 1 < count ? all[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem")}};
-      (*frame)["loop"] = Value::make_dict(std::move(info));
-      frames_.push_back(frame);
+    // One `loop` object advanced in place (as Jinja2's is) and one scope cleared per iteration.
+    Value info = Value::make_dict({{"index", {}}, {"index0", {}}, {"revindex", {}}, {"revindex0", {}}, {"first", {}},
+                                   {"last", {}}, {"length", Value::integer(count)}, {"previtem", {}}, {"nextitem", {}}});
+    Dict& fields = *info.dict;
+    auto frame = std::make_shared<Frame>();
+    frames_.push_back(frame);
+    Flow f = Flow::normal;
+    for (int64_t k = 0; k < count && f != Flow::break_; ++k) {
       if (++*steps_ > max_steps) fail(n.line, "the template runs past " + std::to_string(max_steps) + " steps");
-      const Flow f = run(n.body, out);
-      frames_.pop_back();
-      if (f == Flow::break_) break;
+      frame->clear();
+      bind(*frame, all[static_cast<size_t>(k)]);
+      fields[0].second = Value::integer(k + 1);
+      fields[1].second = Value::integer(k);
+      fields[2].second = Value::integer(count - k);
+      fields[3].second = Value::integer(count - k - 1);
+      fields[4].second = Value::boolean(k == 0);
+      fields[5].second = Value::boolean(k == count - 1);
+      fields[7].second = k > 0 ? all[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem");
+      fields[8].second = k + 1 < count ? all[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem");
+      (*frame)["loop"] = info;
+      f = run(n.body, out);
     }
+    frames_.pop_back();
     return Flow::normal;
   }
 
