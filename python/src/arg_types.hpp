@@ -46,10 +46,12 @@ LOCKSTEP_PY_TYPE(ArrayArg, "numpy.ndarray");
 LOCKSTEP_PY_TYPE(StrArg, "str");
 LOCKSTEP_PY_TYPE(StopArg, "bytes | str | None");
 LOCKSTEP_PY_TYPE(CallbackArg, "Callable[[int], object] | None");
+LOCKSTEP_PY_TYPE(MessagesArg, "list[dict[str, object]]");
 // Return types
 LOCKSTEP_PY_TYPE(InferenceResult, "LanguageModelInference");
 LOCKSTEP_PY_TYPE(TrainerResult, "LanguageModelHostTrainer");
 LOCKSTEP_PY_TYPE(GeneratedResult, "str | bytes | list[int]");
+LOCKSTEP_PY_TYPE(PromptResult, "str | list[int]");
 
 #undef LOCKSTEP_PY_TYPE
 

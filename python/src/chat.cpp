@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "arg_types.hpp"
 #include "chat.hpp"
 
 namespace lockstep::python {
@@ -31,7 +32,7 @@ and its line). LanguageModelInference.chat_template gives the model's own.
            py::arg("source"), py::kw_only(), py::arg("bos_token") = "", py::arg("eos_token") = "")
       .def(
           "render",
-          [](const ChatTemplate& self, py::handle messages, bool add_generation_prompt) {
+          [](const ChatTemplate& self, MessagesArg messages, bool add_generation_prompt) {
             const std::string json = messages_json(messages);
             std::string out;
             {

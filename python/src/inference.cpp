@@ -262,7 +262,7 @@ position (with lengths, its last real position), ties going to the lowest id.
           "The model's chat template (a lockstep.ChatTemplate) when its model.json names one, else None.")
       .def(
           "apply_chat_template",
-          [](const Inference& self, py::handle messages, bool add_generation_prompt, bool tokenize) -> py::object {
+          [](const Inference& self, MessagesArg messages, bool add_generation_prompt, bool tokenize) -> PromptResult {
             const std::string json = messages_json(messages);
             const ChatTemplate fallback = ChatTemplate::builtin();
             const ChatTemplate& t = self.chat_template ? *self.chat_template : fallback;
@@ -273,11 +273,13 @@ position (with lengths, its last real position), ties going to the lowest id.
               text = t.render_json(json, add_generation_prompt);
               if (tokenize && self.tokenizer) ids = self.tokenizer->encode(text, false);
             }
-            if (!tokenize) return decoded_str(text);
-            if (self.tokenizer) return py::cast(ids);
+            if (!tokenize) return PromptResult(decoded_str(text));
+            if (self.tokenizer) return PromptResult(py::cast(ids));
             if (self.config().vocab_size != 256)
               throw py::value_error("tokenize=True: the model has no tokenizer and its ids are not bytes");
-            return py::cast(std::vector<int32_t>(text.begin(), text.end()));
+            std::vector<int32_t> bytes;  // a byte model's ids are the text's bytes
+            for (unsigned char c : text) bytes.push_back(c);
+            return PromptResult(py::cast(bytes));
           },
           py::arg("messages"), py::kw_only(), py::arg("add_generation_prompt") = false, py::arg("tokenize") = false,
           "The prompt of a conversation (messages: a list of dicts with role and content) through the model's\n"
