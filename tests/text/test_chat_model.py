@@ -181,12 +181,17 @@ def server(model, tmp_path_factory):
     s.close()
 
 
-def test_tokenize_messages_is_the_template_encoded_once(model, server):
-    m = lockstep.LanguageModelInference.from_checkpoint(model)
-    for gen in (True, False):
-        messages = conversation(answer="Fine.", second=True)
+def test_tokenize_messages_is_the_template_encoded_once(model, server, tokenizers_oracle, tmp_path):
+    """vLLM's messages form of /tokenize: python3-jinja2's render encoded by Hugging Face's
+    tokenizers (add_special_tokens=False)."""
+    messages = conversation(answer="Fine.", second=True)
+    renders = [chat_oracles.jinja2_render(SMOL, {"messages": messages, "add_generation_prompt": gen, "bos_token": BOS,
+                                                 "eos_token": EOS, "tools": None, "documents": None})[1]
+               for gen in (True, False)]
+    expected = run_oracle(tokenizers_oracle, os.path.join(model, "tokenizer.json"), renders, [], str(tmp_path))["plain"]
+    for gen, ids in zip((True, False), expected):
         got = server.post("/tokenize", {"messages": messages, "add_generation_prompt": gen})
-        assert got["tokens"] == m.apply_chat_template(messages, add_generation_prompt=gen, tokenize=True)
+        assert got["tokens"] == ids
         assert got["count"] == len(got["tokens"])
     bad = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     bad.request("POST", "/tokenize", json.dumps({"messages": [{"role": "user", "content": "x"}], "prompt": "x"}))
