@@ -21,9 +21,12 @@ namespace lockstep {
 enum class Device {
   cpu,        // SIMD kernels on the thread pool
   reference,  // single-threaded scalar kernels: docs/ARITHMETIC.md in code
+  cuda,       // an NVIDIA GPU (docs/CUDA.md): calls only, in builds with LOCKSTEP_CUDA
 };
 
-// "cpu" / "reference"; "cuda" and "metal" are refused as not built in. Throws Error.
+// "cpu" / "reference"; "cuda" where this build has the CUDA backend (whether a GPU is there is
+// found at the first call on it); "metal", and "cuda" elsewhere, are refused as not built in.
+// Throws Error.
 Device parse_device(std::string_view name);
 const char* device_name(Device device) noexcept;
 

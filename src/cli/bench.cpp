@@ -41,6 +41,8 @@ Run add_bench(CLI::App& app) {
     bool reference = false;
     double seconds = 2.0;
     int32_t decode_tokens = 200;
+    std::string device = "cpu";
+    int32_t batch = 1;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("bench", "measure a model's forward and decoding speed on this machine");
@@ -49,6 +51,9 @@ Run add_bench(CLI::App& app) {
   cmd->add_flag("--reference", f->reference, "also time the single-threaded reference");
   cmd->add_option("--seconds", f->seconds, "least time spent per figure")->capture_default_str();
   cmd->add_option("--decode-tokens", f->decode_tokens, "tokens of the session loop")->capture_default_str();
+  cmd->add_option("--device", f->device, "cpu, or cuda: the forward pass on the GPU alone (no session loop)")
+      ->capture_default_str();
+  cmd->add_option("--batch", f->batch, "rows of each timed forward pass (full windows)")->capture_default_str();
   return [f] {
     // A figure a line as each is measured (every one takes --seconds), also into a pipe or file.
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -65,28 +70,41 @@ Run add_bench(CLI::App& app) {
     }
     if (threads.empty()) throw Error(ErrorKind::invalid_argument, "--threads lists no thread count");
     if (f->decode_tokens < 1) throw Error(ErrorKind::invalid_argument, "--decode-tokens must be at least 1");
+    if (f->batch < 1 || f->batch > 1024) throw Error(ErrorKind::invalid_argument, "--batch must be in [1, 1024]");
+    const Device device = parse_device(f->device);
+    if (device == Device::reference)
+      throw Error(ErrorKind::invalid_argument, "--device: cpu or cuda (--reference times the reference)");
     LoadOptions options;
+    options.device = device;  // on cuda, the weights go to the GPU here, once
     int most = 1;
     for (int t : threads) most = std::max(most, t);
     options.threads = most;
     const auto model = Model::load(f->path, options);
     const ModelConfig& c = model->config();
-    std::vector<int32_t> ids(static_cast<size_t>(c.length));
-    for (int32_t t = 0; t < c.length; ++t) ids[static_cast<size_t>(t)] = (t * 7 + 3) % c.vocab_size;
+    const int64_t rows = f->batch;
+    std::vector<int32_t> ids(static_cast<size_t>(rows * c.length));
+    for (size_t t = 0; t < ids.size(); ++t) ids[t] = static_cast<int32_t>((t * 7 + 3) % static_cast<size_t>(c.vocab_size));
     std::printf("bench %s: window %d, %s parameters\n", model->source().directory.c_str(), c.length,
                 with_commas(model->registry().total()).c_str());
     std::fflush(stdout);
     auto forward = [&](CallOptions call) {
-      return best_time(f->seconds, [&] { model->logits({ids.data(), 1, c.length}, {}, call); });
+      return best_time(f->seconds, [&] { model->logits({ids.data(), rows, c.length}, {}, call); });
     };
+    const double tokens = static_cast<double>(rows) * c.length;
+    if (device == Device::cuda) {  // sessions do not run on the GPU yet: the forward pass alone
+      const double s = forward({Device::cuda, std::nullopt});
+      std::printf("  forward, cuda %ld x %d    %10.1f tokens/s  (%.3f ms a pass)\n", static_cast<long>(rows), c.length,
+                  tokens / s, s * 1e3);
+      return 0;
+    }
     if (f->reference) {
       const double s = forward({Device::reference, std::nullopt});
-      std::printf("  forward, reference      %10.1f tokens/s\n", c.length / s);
+      std::printf("  forward, reference      %10.1f tokens/s\n", tokens / s);
       std::fflush(stdout);  // each figure as it is measured, also into a pipe
     }
     double base = 0;
     for (int t : threads) {
-      const double rate = c.length / forward({Device::cpu, t});
+      const double rate = tokens / forward({Device::cpu, t});
       if (base == 0) base = rate;
       std::printf("  forward, cpu %3d thread%s %10.1f tokens/s  %.2fx\n", t, t == 1 ? " " : "s", rate, rate / base);
       std::fflush(stdout);

@@ -8,7 +8,7 @@
 namespace lockstep::cli {
 
 void DeviceFlags::add_to(CLI::App& cmd) {
-  cmd.add_option("--device", device, "where the model runs: cpu, reference (cuda, metal: not built in)")
+  cmd.add_option("--device", device, "where the model runs: cpu, reference, cuda (calls and bench, in builds with CUDA)")
       ->envname("LOCKSTEP_DEVICE");
   cmd.add_option("--cpu-cores", cpu_cores, "most worker threads --device cpu uses (positive integer)")
       ->type_name("INT")

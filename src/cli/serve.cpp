@@ -188,6 +188,9 @@ Run add_serve(CLI::App& app) {
     if (!f->api_key_file.empty()) options.http_options.api_key = read_api_key(f->api_key_file);
     for (const std::string& origin : options.http_options.cors_origins) check_cors_origin(origin);
     LoadOptions load = f->model.load_options();
+    if (load.device == Device::cuda)
+      throw Error(ErrorKind::unsupported, "serve does not run on device 'cuda' yet (its sessions and batching are the "
+                                          "second part of issue 41); lockstep call and bench run on it");
     if (!f->precision.empty()) load.precision = parse_precision(f->precision);
     raise_file_limit(options);
     const sigset_t stop_signals = block_stop_signals();  // before the model's threads exist

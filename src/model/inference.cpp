@@ -74,6 +74,8 @@ void Model::forward(std::span<const RowRequest> rows, const CallOptions& call) c
   if (device == Device::reference) {
     if (call.threads) m.threads_for(call);  // validated even though the reference ignores it
     forward_reference(m, rows);
+  } else if (device == Device::cuda) {
+    forward_cuda(m, rows);
   } else {
     std::vector<RowWork> work(rows.size());
     for (size_t i = 0; i < rows.size(); ++i)

@@ -198,7 +198,11 @@ int Model::Impl::threads_for(const CallOptions& call) const {
   return thread_pool().size();
 }
 
-Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+// A model whose device is cuda has its weights copied to the GPU as it loads (and is refused
+// there, in one line, where no GPU runs).
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  if (impl_->device == Device::cuda) impl_->on_cuda();
+}
 Model::~Model() = default;
 
 std::shared_ptr<const Model> Model::from_parameters(const ModelConfig& config,

@@ -17,6 +17,10 @@
 namespace lockstep {
 
 struct PackedWeights;
+namespace cuda {
+class DeviceModel;
+struct ModelView;
+}
 
 // Scratch memory for the fast path's calls, kept between calls so that a call's buffers are not
 // fresh pages each time (the page faults otherwise cost a sixth of a prefill's matmul time).
@@ -118,6 +122,11 @@ struct Model::Impl {
   std::vector<Released> released;
   mutable std::once_flag restore_once;
   mutable std::atomic<bool> restored{false};
+  // The weights on the GPU (forward_cuda.cpp), copied there once: at load for a model whose
+  // device is cuda, else at its first call on it.
+  mutable std::mutex cuda_mutex;
+  mutable std::shared_ptr<const cuda::DeviceModel> cuda_model;
+  const cuda::DeviceModel& on_cuda() const;
   ThreadPool& thread_pool() const;
   // Threads a call runs with: its own request, else the model's default, else the pool's size.
   int threads_for(const CallOptions& call) const;
@@ -177,6 +186,11 @@ struct RowWork {
 
 // The single-threaded scalar forward pass (forward_ref.cpp): every row alone, from position 0.
 void forward_reference(const Model::Impl& model, std::span<const RowRequest> rows);
+// The forward pass on the GPU (forward_cuda.cpp), bit-identical to the reference.
+void forward_cuda(const Model::Impl& model, std::span<const RowRequest> rows);
+// What kernels/cuda reads of the model (its parameters, offsets and RoPE tables; pointers into
+// `model`): the GPU's upload, and the host run of the CUDA kernels in the tests.
+cuda::ModelView cuda_view(const Model::Impl& model);
 // The SIMD, multithreaded forward pass (forward_fast.cpp), bit-identical to the reference.
 // `threads` is the most it uses: a small call runs on fewer (one per ~2 MFLOP of matmul work),
 // unless `exact` (a call that named its thread count gets exactly that many).

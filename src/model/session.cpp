@@ -98,6 +98,9 @@ void append_batch(std::span<const SessionStep> steps, const CallOptions& call) {
   }
   const Model::Impl& m = model.impl();
   const Device device = call.device.value_or(m.device);
+  if (device == Device::cuda)
+    throw Error(ErrorKind::unsupported, "sessions do not run on device 'cuda' yet; it runs calls (lockstep call, "
+                                        "bench, Model::forward and logits): use 'cpu' for sessions and generation");
   const int threads = m.threads_for(call);
   // The new tokens join each session before the pass; they leave again if it fails.
   std::vector<size_t> old_length(steps.size());

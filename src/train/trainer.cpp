@@ -95,6 +95,8 @@ struct Trainer::Impl {
       frozen.push_back({e.offset, e.offset + e.count});
     }
     pool = o.pool ? o.pool : make_thread_pool(o.threads);
+    if (o.device == Device::cuda)
+      throw Error(ErrorKind::unsupported, "training does not run on device 'cuda'; it trains on 'cpu' and 'reference'");
     if (o.ranks && o.ranks->size() > 1 && o.device == Device::reference)
       invalid("data-parallel training (" + std::to_string(o.ranks->size()) +
               " ranks) runs on the fast device; the reference device trains in one process");

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "kernels/cuda/device.hpp"
 #include "lockstep/call.hpp"
 #include "lockstep/model.hpp"
 #include "support/test_util.hpp"
@@ -88,7 +89,12 @@ TEST(Cli, CallRefusesBadInputWithAClearError) {
   r = test::run_command({kBin, "call", m, "--output", "probs"}, "");
   EXPECT_NE(r.err.find("unknown output 'probs'; the model's outputs are logits, hidden"), std::string::npos) << r.err;
   r = test::run_command({kBin, "call", m, "--device", "cuda"}, "");
-  EXPECT_NE(r.err.find("device 'cuda' is not built into this lockstep"), std::string::npos) << r.err;
+  // Refused in one line: not built in, or no GPU here (tests/cuda/refusal_test.cpp); with a GPU,
+  // the empty input is.
+  const char* cuda_refusal = !cuda::compiled_in()                 ? "device 'cuda' is not built into this lockstep"
+                             : cuda::gpu_unavailable().empty() ? "standard input holds 0 bytes"
+                                                               : "device 'cuda': no usable NVIDIA GPU";
+  EXPECT_NE(r.err.find(cuda_refusal), std::string::npos) << r.err;
   r = test::run_command({kBin, "call", m, "--cpu-cores", "0"}, "");
   EXPECT_NE(r.status, 0);
   r = test::run_command({kBin, "call", dir / "nothing-here"}, "");

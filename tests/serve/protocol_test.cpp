@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 
+#include "kernels/cuda/device.hpp"
 #include "lockstep/format.hpp"
 #include "serve/serve_fixture.hpp"
 
@@ -111,7 +112,8 @@ TEST_F(ServeProtocol, RefusesAtStartWhatItCannotServe) {
       {{"--output", "logit"}, "unknown output 'logit'; the model's outputs are logits, hidden"},
       {{"--output", "hidden", "--output", "hidden"}, "output 'hidden' is asked for twice"},
       {{"--trained"}, "is a model directory, not a checkpoint"},
-      {{"--device", "cuda"}, "device 'cuda' is not built into this lockstep"},
+      {{"--device", "cuda"}, cuda::compiled_in() ? "serve does not run on device 'cuda' yet"
+                                                 : "device 'cuda' is not built into this lockstep"},
       {{"--batch", "0"}, "--batch must be in [1, 1024], got 0"},
       {{"--precision", "f16"}, "unknown precision 'f16'"},
       {{"--socket-mode", "0999"}, "--socket-mode must be octal permission bits"},
