@@ -62,6 +62,9 @@ struct HttpContext {
   std::vector<std::string> cors_origins;            // --cors-origin (HttpOptions::cors_origins)
   HostRules hosts;                                  // the Host names taken (--allowed-host, the bound addresses)
   AccessLog* access_log = nullptr;                  // --access-log; null: none
+  // The model's tokens as bytes for structured output (a byte model's 256, or the tokenizer's);
+  // null: token ids only, which takes no grammar.
+  std::shared_ptr<const TokenVocabulary> vocabulary = nullptr;
 };
 
 // Flow control: how many tokens a generation may run ahead of its connection, and how many bytes
