@@ -33,6 +33,7 @@ json-object ::= "{" (json-string ":" ws json-value ("," ws json-string ":" ws js
 json-array ::= "[" (json-value ("," ws json-value)*)? "]"
 json-date ::= [0-9]{4} "-" (("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02-" ("0" [1-9] | "1" [0-9] | "2" [0-8]))
 json-time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
+json-never ::= [^\x00-\U0010FFFF]
 json-uuid ::= json-hex{8} "-" json-hex{4} "-" json-hex{4} "-" json-hex{4} "-" json-hex{12}
 )";
 
@@ -107,10 +108,9 @@ class Converter {
   }
 
   std::string visit(const json& s, const std::string& where) {
-    if (s.is_boolean()) {
-      if (!s.get<bool>()) refuse(where, "the schema false matches nothing");
-      return "json-value";
-    }
+    // false matches nothing: its alternatives are dropped (rules.cpp), and a schema left with
+    // none is refused as a grammar that can match no text.
+    if (s.is_boolean()) return s.get<bool>() ? "json-value" : "json-never";
     if (!s.is_object()) refuse(where, "a schema must be an object or a boolean");
     for (const auto& [key, value] : s.items())
       if (!kSupported.count(key) && !kAnnotations.count(key)) refuse(where, "'" + key + "' is not supported");

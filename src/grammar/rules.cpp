@@ -70,8 +70,25 @@ Rules RulesBuilder::finish(const std::string& root) {
     }
   }
   if (!found) throw Error(ErrorKind::invalid_argument, "the grammar has no rule '" + root + "' to start from");
-  for (size_t i = 0; i < names_.size(); ++i) {
+  for (size_t i = 0; i < names_.size(); ++i)
     if (!defined_[i]) throw Error(ErrorKind::invalid_argument, "the grammar uses rule '" + names_[i] + "' but never defines it");
+  // Alternatives that can match no text (an empty class, a rule that never ends) are dropped, so
+  // that every parse the matcher keeps can still finish: a token is allowed only where the
+  // grammar can go on to a whole match.
+  std::vector<bool> productive(names_.size(), false);
+  const auto alt_productive = [&](const Sequence& alt) {
+    for (const Element& e : alt)
+      if (e.kind == Element::Kind::bytes ? !sets_[e.index].any() : !productive[e.index]) return false;
+    return true;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < names_.size(); ++i)
+      for (const Sequence& alt : bodies_[i])
+        if (!productive[i] && alt_productive(alt)) productive[i] = changed = true;
+  }
+  for (auto& body : bodies_) std::erase_if(body, [&](const Sequence& alt) { return !alt_productive(alt); });
+  for (size_t i = 0; i < names_.size(); ++i) {
     Rule rule{names_[i], {}};
     for (const Sequence& alt : bodies_[i]) {
       rule.alternatives.push_back(static_cast<uint32_t>(r.elements.size()));

@@ -147,7 +147,7 @@ TEST(JsonSchema, RefusesWhatItDoesNotSupportNamingIt) {
             "schema: /$ref: '$ref' names '#/$defs/missing', which the schema does not define");
   EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "strange"})"); }), "schema: /type: unknown type 'strange'");
   EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "array", "items": false, "minItems": 1})"); }),
-            "schema: /items: the schema false matches nothing");
+            "schema: grammar: the grammar's rule 'root' can match no text at all");
   EXPECT_NE(error_of([] { Grammar::from_json_schema("{\"type\": "); }).find("schema: not valid JSON"), std::string::npos);
 }
 
@@ -191,6 +191,24 @@ TEST(TokenMask, EqualsTokenByTokenCheck) {
       ASSERT_TRUE(m.accept(allowed[rng() % allowed.size()]));
     }
   }
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// A branch that can never finish is no branch: its first byte is not allowed.
+TEST(Gbnf, DeadEndsAreNotAllowed) {
+  GrammarMatcher m(Grammar::from_gbnf("root ::= \"a\" never | \"b\" \"c\"?\nnever ::= [^\\x00-\\U0010FFFF] | \"x\" never\n"),
+                   TokenVocabulary::bytes());
+  EXPECT_FALSE(m.allowed('a'));
+  EXPECT_TRUE(m.allowed('b'));
+  const auto g = Grammar::from_json_schema(R"({"anyOf": [{"type": "array", "items": false, "minItems": 1}, {"type": "null"}]})");
+  GrammarMatcher n(g, TokenVocabulary::bytes());
+  EXPECT_FALSE(n.allowed('['));
+  EXPECT_TRUE(n.allowed('n'));
 }
 
 }  // namespace
