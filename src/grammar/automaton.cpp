@@ -81,10 +81,34 @@ uint32_t ByteAutomaton::state_of(std::vector<uint32_t> stacks) {
   return id;
 }
 
-uint32_t ByteAutomaton::compute_step(uint32_t state, uint8_t byte) {
-  if (!states_[state].first.test(byte)) return kDead;
+void ByteAutomaton::compute_row(uint32_t state) {
+  const std::vector<uint32_t> stacks = states_[state].stacks;  // states_ grows below
+  std::array<uint32_t, 256> row;
+  row.fill(kDead);
+  if (stacks.size() <= 64) {
+    // Each byte's signature: which stacks take it. Equal signatures, equal next states.
+    std::array<uint64_t, 256> signature{};
+    for (size_t k = 0; k < stacks.size(); ++k) {
+      if (stacks[k] == kEmptyStack) continue;
+      const ByteSet& set = rules_->sets[rules_->elements[nodes_[stacks[k]].position].index];
+      for (unsigned b = 0; b < 256; ++b)
+        if (set.test(b)) signature[b] |= uint64_t{1} << k;
+    }
+    for (unsigned b = 0; b < 256; ++b) {
+      if (signature[b] == 0 || row[b] != kDead) continue;
+      const uint32_t next = compute_step(stacks, static_cast<uint8_t>(b));
+      for (unsigned c = b; c < 256; ++c)
+        if (signature[c] == signature[b]) row[c] = next;
+    }
+  } else {
+    for (unsigned b = 0; b < 256; ++b)
+      if (states_[state].first.test(b)) row[b] = compute_step(stacks, static_cast<uint8_t>(b));
+  }
+  states_[state].next = row;
+}
+
+uint32_t ByteAutomaton::compute_step(const std::vector<uint32_t>& stacks, uint8_t byte) {
   std::vector<uint32_t> out;
-  const std::vector<uint32_t> stacks = states_[state].stacks;  // states_ may grow below
   for (const uint32_t id : stacks) {
     if (id == kEmptyStack) continue;
     const Node n = nodes_[id];

@@ -26,11 +26,8 @@ class ByteAutomaton {
   uint32_t start() const { return start_; }
   // The state after `byte` (kDead when no parse can take it).
   uint32_t step(uint32_t state, uint8_t byte) {
-    const uint32_t t = states_[state].next[byte];
-    if (t != kUnknown) return t;
-    const uint32_t computed = compute_step(state, byte);  // may grow states_: index again after
-    states_[state].next[byte] = computed;
-    return computed;
+    if (states_[state].next[byte] == kUnknown) compute_row(state);
+    return states_[state].next[byte];
   }
   // Some parse has matched the whole grammar.
   bool accepting(uint32_t state) const { return states_[state].accepting; }
@@ -65,14 +62,16 @@ class ByteAutomaton {
   // stack's top is a bytes element, appended to `out`.
   void expand(uint32_t position, uint32_t parent, std::vector<uint32_t>& out);
   uint32_t state_of(std::vector<uint32_t> stacks);
-  uint32_t compute_step(uint32_t state, uint8_t byte);
+  // Every byte's transition from `state` at once: bytes that the same stacks take lead to the
+  // same state, so each group of them is computed once (a string's ASCII characters are one).
+  void compute_row(uint32_t state);
+  uint32_t compute_step(const std::vector<uint32_t>& stacks, uint8_t byte);
 
   std::shared_ptr<const Rules> rules_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, uint32_t> node_ids_;
   std::vector<State> states_;
   std::unordered_map<std::vector<uint32_t>, uint32_t, VectorHash> state_ids_;
-  std::vector<uint32_t> scratch_;
   uint32_t start_ = 0;
 };
 
