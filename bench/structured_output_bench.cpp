@@ -1,4 +1,4 @@
-// Structured output's cost in decoding: BM_DecodeStructured/{model}/{schema} generates 64 tokens
+// Structured output's cost in decoding: BM_StructuredDecode/{model}/{schema} generates 64 tokens
 // after an 8-token prompt at temperature 1 through Generator, without (schema 0) and with
 // (schema 1) a JSON Schema whose answers are longer than 64 tokens (20 objects exactly), so both
 // run the same number of steps. The ratio tokens/s with / without is the figure
@@ -75,7 +75,7 @@ const Subject& subject(int which) {
   return smol;
 }
 
-void BM_DecodeStructured(benchmark::State& state) {
+void BM_StructuredDecode(benchmark::State& state) {
   const Subject& s = subject(static_cast<int>(state.range(0)));
   GenerateOptions o;
   o.max_tokens = 64;
@@ -92,7 +92,7 @@ void BM_DecodeStructured(benchmark::State& state) {
   }
   state.counters["tokens"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_DecodeStructured)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StructuredDecode)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lockstep

@@ -94,11 +94,16 @@ void ByteAutomaton::compute_row(uint32_t state) {
       for (unsigned b = 0; b < 256; ++b)
         if (set.test(b)) signature[b] |= uint64_t{1} << k;
     }
+    std::vector<std::pair<uint64_t, uint32_t>> seen;  // (signature, next state): a few groups
     for (unsigned b = 0; b < 256; ++b) {
-      if (signature[b] == 0 || row[b] != kDead) continue;
-      const uint32_t next = compute_step(stacks, static_cast<uint8_t>(b));
-      for (unsigned c = b; c < 256; ++c)
-        if (signature[c] == signature[b]) row[c] = next;
+      if (signature[b] == 0) continue;
+      const auto known = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == signature[b]; });
+      if (known != seen.end()) {
+        row[b] = known->second;
+      } else {
+        row[b] = compute_step(stacks, static_cast<uint8_t>(b));
+        seen.emplace_back(signature[b], row[b]);
+      }
     }
   } else {
     for (unsigned b = 0; b < 256; ++b)

@@ -398,7 +398,8 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32
     return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
            (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
   });
-  for (size_t i = 0; i < k; ++i)
+  // A token a grammar refused (logit -inf: probability 0) is no candidate: the list stops there.
+  for (size_t i = 0; i < k && logits[static_cast<size_t>(ids[i])] > -std::numeric_limits<float>::infinity(); ++i)
     out.top.emplace_back(ids[i], static_cast<double>(logits[static_cast<size_t>(ids[i])]) - lse);
   return out;
 }

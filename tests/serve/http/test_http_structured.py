@@ -54,6 +54,7 @@ def test_llama_server_fields_and_chat(shared_server):
     # logprobs are those of the masked distribution: the first token of a JSON object is "{", alone allowed.
     first = c["logprobs"]["content"][0]
     assert first["token"] == "{" and first["logprob"] == 0.0, first
+    assert [t["token"] for t in first["top_logprobs"]] == ["{"], first  # refused tokens are no candidates
     text = chat(shared_server, messages=[{"role": "user", "content": "a"}], max_tokens=5, seed=2,
                 response_format={"type": "text"})["choices"][0]["message"]["content"]
     assert isinstance(text, str)
