@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/json_text.hpp"
+#include "grammar/json_pattern.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::grammar {
@@ -195,7 +196,12 @@ class Converter {
       if (f == "uuid") return "\"\\\"\" json-uuid \"\\\"\"";
       refuse(where + "/format", "the string format '" + f + "' is not supported (date, time, date-time, uuid are)");
     }
-    if (s.contains("pattern")) refuse(where + "/pattern", "'pattern' is not supported");
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) refuse(where + "/pattern", "'pattern' must be a string");
+      if (s.contains("minLength") || s.contains("maxLength"))
+        refuse(where, "'pattern' beside 'minLength' or 'maxLength' is not supported");
+      return "\"\\\"\" " + pattern_to_gbnf(s["pattern"].get<std::string>(), where + "/pattern") + " \"\\\"\"";
+    }
     const int64_t lo = count(s, "minLength", where, 0), hi = count(s, "maxLength", where, -1);
     if (hi >= 0 && hi < lo) refuse(where, "'maxLength' is below 'minLength'");
     if (lo == 0 && hi < 0) return "json-string";

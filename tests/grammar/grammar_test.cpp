@@ -213,3 +213,28 @@ TEST(Gbnf, DeadEndsAreNotAllowed) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+TEST(JsonSchema, PatternSubset) {
+  const auto g = Grammar::from_json_schema(R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3}(x|yz)?$"})");
+  EXPECT_TRUE(matches(g, R"("AB-123")"));
+  EXPECT_TRUE(matches(g, R"("QZ-000yz")"));
+  EXPECT_FALSE(matches(g, R"("AB-12")"));
+  EXPECT_FALSE(matches(g, R"("ab-123")"));
+  // Characters JSON escapes are written escaped; an unanchored pattern may have anything around it.
+  const auto q = Grammar::from_json_schema(R"({"type": "string", "pattern": "[\"\\\\]\\t"})");
+  EXPECT_TRUE(matches(q, R"("ab\"\u0009cd")"));
+  EXPECT_TRUE(matches(q, R"("\\\u0009")"));
+  EXPECT_FALSE(matches(q, R"("ab")"));
+  EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "string", "pattern": "^(a)\\1$"})"); }),
+            "schema: /pattern: 'pattern' the escape '\\1' at character 5 is not supported");
+  EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "string", "pattern": "^(?=a)$"})"); }),
+            "schema: /pattern: 'pattern' a group other than (...) and (?:...) at character 3 is not supported");
+  EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "string", "pattern": "a+?"})"); }),
+            "schema: /pattern: 'pattern' a lazy or possessive quantifier at character 3 is not supported");
+}
+
+}  // namespace
+}  // namespace lockstep
