@@ -1,11 +1,12 @@
 // Sampled structured answers validate against their schemas with an independent validator
 // (validate_answers.py: Debian's python3-jsonschema): 100 answers per schema at temperature 1,
-// seeds 1..100, for the shipped fortunes model (a byte model without end-of-sequence ids) and a
+// seeds 1..100 (LOCKSTEP_SAMPLED_ANSWERS=1000 for a long run), for the shipped fortunes model (a byte model without end-of-sequence ids) and a
 // random-weight byte-level BPE model with an end-of-sequence id (its tokenizer.json trained here
 // by make_bpe_tokenizer.py). max_tokens is generous: an answer it cuts fails the test.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdlib>
 #include <sstream>
 
 #include "lockstep/format.hpp"
@@ -19,7 +20,12 @@ namespace lockstep {
 namespace {
 
 const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/grammar/";
-constexpr int kSeeds = 100;
+
+// Answers per schema: 100, or LOCKSTEP_SAMPLED_ANSWERS for a long run (1000: bench/README.md).
+int seeds() {
+  const char* v = std::getenv("LOCKSTEP_SAMPLED_ANSWERS");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : 100;
+}
 
 struct Subject {
   std::string name;
@@ -37,7 +43,7 @@ std::string answers(const Subject& s, const nlohmann::json& schemas) {
     o.max_tokens = 1500;
     o.grammar = Grammar::from_json_schema(entry["schema"].dump());
     o.vocabulary = s.vocabulary;
-    for (int seed = 1; seed <= kSeeds; ++seed) {
+    for (int seed = 1; seed <= seeds(); ++seed) {
       o.sampling = SamplingOptions{1.0f, 0, 1.0f, static_cast<uint64_t>(seed)};
       Generator g(s.model, s.prompt, o);
       std::vector<int32_t> ids;

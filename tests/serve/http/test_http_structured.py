@@ -91,3 +91,15 @@ def test_what_sdks_send_by_default_is_taken(shared_server):
     expect_error(shared_server, "POST", "/v1/chat/completions",
                  json.dumps({"messages": [{"role": "user", "content": "a"}], "modalities": ["audio"]}).encode(), 400,
                  "modalities")
+
+
+def test_choices_batched_together_equal_their_requests_alone(shared_server):
+    # n choices and a batch of prompts run as one batch in the engine: each choice's masked draw
+    # is the one its prompt and seed give alone.
+    body = dict(max_tokens=300, temperature=1, seed=20, response_format=FORMAT)
+    together = completion(shared_server, prompt=["Item: ", "Other: "], n=3, **body)["choices"]
+    for c in together:
+        prompt = ["Item: ", "Other: "][c["index"] // 3]
+        alone = completion(shared_server, prompt=prompt, **{**body, "seed": 20 + c["index"] % 3})["choices"][0]
+        assert c["text"] == alone["text"] and c["finish_reason"] == "stop", (c, alone)
+        jsonschema.validate(json.loads(c["text"]), SCHEMA)
