@@ -193,11 +193,6 @@ TEST(TokenMask, EqualsTokenByTokenCheck) {
   }
 }
 
-}  // namespace
-}  // namespace lockstep
-
-namespace lockstep {
-namespace {
 
 // A branch that can never finish is no branch: its first byte is not allowed.
 TEST(Gbnf, DeadEndsAreNotAllowed) {
@@ -211,11 +206,6 @@ TEST(Gbnf, DeadEndsAreNotAllowed) {
   EXPECT_TRUE(n.allowed('n'));
 }
 
-}  // namespace
-}  // namespace lockstep
-
-namespace lockstep {
-namespace {
 
 TEST(JsonSchema, PatternSubset) {
   const auto g = Grammar::from_json_schema(R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3}(x|yz)?$"})");

@@ -99,11 +99,6 @@ TEST(SampledAnswers, RandomBpeModelAnswersValidate) {
   validate(dir, answers(s, schemas));
 }
 
-}  // namespace
-}  // namespace lockstep
-
-namespace lockstep {
-namespace {
 
 // llama.cpp's json, arithmetic and list grammars (tests/grammar/data/llama_cpp/, unchanged): 30
 // answers each from the fortunes model at temperature 1 parse with python3-lark and the grammar
