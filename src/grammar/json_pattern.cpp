@@ -132,8 +132,9 @@ class PatternReader {
     return set_text({{c, c}});
   }
 
-  // An escape after '\': a set of code points.
-  CodePointRanges escape(bool in_class) {
+  // An escape after '\': a set of code points. `widest`: inside a negated class, where the class
+  // escapes stand for the most any dialect puts in them, so that what the class leaves is in both.
+  CodePointRanges escape(bool in_class, bool widest = false) {
     ++pos_;
     if (!more()) refuse("a '\\' at the end");
     const uint32_t e = peek();
@@ -150,13 +151,17 @@ class PatternReader {
       in.emplace_back(0x80, kMaxCodePoint);
       return complement(in);
     };
+    const auto with_non_ascii = [](CodePointRanges in) {
+      in.emplace_back(0x80, kMaxCodePoint);
+      return in;
+    };
     switch (e) {
-      case 'd': return digits;
-      case 'D': return ascii_outside(digits);
-      case 'w': return word;
-      case 'W': return ascii_outside(word);
-      case 's': return space;
-      case 'S': return complement(any_space);
+      case 'd': return widest ? with_non_ascii(digits) : digits;
+      case 'D': return widest ? with_non_ascii(ascii_outside(digits)) : ascii_outside(digits);
+      case 'w': return widest ? with_non_ascii(word) : word;
+      case 'W': return widest ? with_non_ascii(ascii_outside(word)) : ascii_outside(word);
+      case 's': return widest ? any_space : space;
+      case 'S': return complement(widest ? space : any_space);
       case 't': return {{'\t', '\t'}};
       case 'n': return {{'\n', '\n'}};
       case 'r': return {{'\r', '\r'}};
@@ -202,7 +207,7 @@ class PatternReader {
       first = false;
       CodePointRanges item;
       if (peek() == '\\') {
-        item = escape(true);
+        item = escape(true, negated);
       } else {
         item = {{peek(), peek()}};
         ++pos_;

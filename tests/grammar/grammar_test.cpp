@@ -135,6 +135,8 @@ TEST(JsonSchema, RefsFormatsAndAnyOf) {
   EXPECT_TRUE(matches(g, R"({"head":{"v":1,"next":null},"when":"2024-02-28T23:59:01.5+02:00"})"));
   EXPECT_TRUE(matches(g, R"({"head":{"v":1,"next":null},"id":"0123abcd-0000-4000-8000-00000000abcd"})"));
   EXPECT_FALSE(matches(g, R"({"head":{"v":1,"next":null},"when":"2024-02-30T23:59:01Z"})"));
+  EXPECT_FALSE(matches(g, R"({"head":{"v":1,"next":null},"when":"0000-02-03T23:59:01Z"})"));  // no year 0
+  EXPECT_TRUE(matches(g, R"({"head":{"v":1,"next":null},"when":"0001-02-03T23:59:01Z"})"));
   EXPECT_FALSE(matches(g, R"({"head":{"v":01,"next":null}})"));
 }
 
@@ -218,6 +220,11 @@ TEST(JsonSchema, PatternSubset) {
   EXPECT_TRUE(matches(q, R"("ab\"\u0009cd")"));
   EXPECT_TRUE(matches(q, R"("\\\u0009")"));
   EXPECT_FALSE(matches(q, R"("ab")"));
+  // A negated class with \d leaves out non-ASCII characters (Python's \d takes U+0665, ECMAScript's not).
+  const auto n = Grammar::from_json_schema(R"({"type": "string", "pattern": "^[^a-z\\d]$"})");
+  EXPECT_TRUE(matches(n, R"("Q")"));
+  EXPECT_FALSE(matches(n, "\"\xD9\xA5\""));
+  EXPECT_FALSE(matches(n, R"("7")"));
   EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "string", "pattern": "^(a)\\1$"})"); }),
             "schema: /pattern: 'pattern' the escape '\\1' at character 5 is not supported");
   EXPECT_EQ(error_of([] { Grammar::from_json_schema(R"({"type": "string", "pattern": "^(?=a)$"})"); }),
