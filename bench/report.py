@@ -88,6 +88,13 @@ def main():
             one = rate(dec.get(f"BM_Decode/{idx}/1"), "tokens")
             two = rate(dec.get(f"BM_Decode/{idx}/2"), "tokens")
             print(f"  {shape:<31} {fmt(one):>9} {fmt(two):>11}   {fmt(two / one if one and two else None)}x")
+    st = load(folder, "structured")
+    if st:
+        print("\nstructured output, 64-token decode  tokens/s (CPU time):  no schema   schema   ratio")
+        for idx, shape in enumerate(("fortunes (256 bytes)", "SmolLM2-135M shape (49,152 tokens)")):
+            plain = rate(st.get(f"BM_StructuredDecode/{idx}/0"), "tokens")
+            held = rate(st.get(f"BM_StructuredDecode/{idx}/1"), "tokens")
+            print(f"  {shape:<46} {fmt(plain):>9} {fmt(held):>8}   {fmt(held / plain if plain and held else None)}x")
     if trn:
         one = rate(trn.get("BM_TrainStep/0/1"), "tokens")
         two = rate(trn.get("BM_TrainStep/0/2"), "tokens")

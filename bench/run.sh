@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Prints lockstep's performance figures as ratios measured in one run (the machines are shared
 # and noisy, so absolute numbers move; ratios to a baseline measured beside them move less).
-#   bench/run.sh [BUILD_DIR] [forward|decode|train|busy|serve|http|cluster|window|all] [--quick]
+#   bench/run.sh [BUILD_DIR] [forward|decode|structured|train|busy|serve|http|cluster|window|all] [--quick]
 # forward: the FMA peak, the matmul kernel, full-window (256) forward tokens/s of s256 and l768
 #          (reference, fast path on 1 and 2 threads); decode: a 200-token session loop, and
 #          decode by storage (f32, bf16, q8, q4) of l768 and m1024 (300 M parameters) beside
 #          the DRAM read bandwidth;
+#          structured: decode tokens/s with a JSON Schema against without (bench/README.md,
+#          "Structured output"), on the fortunes model and a SmolLM2-135M-shaped one;
 #          train: training tokens/s of s256 (batch 8 x 256), beside PyTorch where installed, and
 #          the attention kernels forward and backward, and the optimizer's pass (SIMD / ref);
 #          busy: 2 threads against 1 (decode, prefill, a training step), each pair timed in one
@@ -71,6 +73,10 @@ case "$WHAT" in
     stage "decode: 200-token session loops of s256 and l768, l768 and m1024 (300 M) by storage, on 1 and 2 threads, beside the DRAM read bandwidth"
     run_filter decode 'BM_FmaPeak/1|BM_DramRead|BM_Decode'
     ;;&
+  structured|all)
+    stage "structured: decode tokens/s with a JSON Schema against without, fortunes and a SmolLM2-135M-shaped model"
+    run_filter structured 'BM_StructuredDecode'
+    ;;&
   train|all)
     stage "train: training steps of s256 on 1 and 2 threads, attention kernels, optimizer pass"
     run_filter train 'BM_FmaPeak/1|BM_TrainStep|BM_Attention|BM_OptimizerPass'
@@ -121,8 +127,8 @@ case "$WHAT" in
     /usr/bin/python3 bench/window_report.py "$OUT/window.json"
     exit 0
     ;;
-  forward|decode|train|busy|serve|http|cluster|all) ;;
-  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, train, busy, serve, http, cluster, window or all)" >&2; exit 2 ;;
+  forward|decode|structured|train|busy|serve|http|cluster|all) ;;
+  *) echo "bench/run.sh: unknown stage '$WHAT' (forward, decode, structured, train, busy, serve, http, cluster, window or all)" >&2; exit 2 ;;
 esac
 stage "done; the tables:"
 /usr/bin/python3 bench/report.py "$OUT"

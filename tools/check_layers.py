@@ -35,7 +35,7 @@ import tempfile
 #   kernels/ref is the oracle; kernels/simd (and kernels/cuda, to come) may read it, never the
 #   other way round.
 #   api and cli see the library through its public headers alone (PUBLIC_ONLY).
-BELOW_MODEL = ["core", "quant", "kernels/ref", "kernels/simd", "kernels/cuda", "format", "text"]
+BELOW_MODEL = ["core", "quant", "kernels/ref", "kernels/simd", "kernels/cuda", "format", "text", "grammar"]
 LIBRARY = BELOW_MODEL + ["model", "interop", "train", "serve"]
 MAY_INCLUDE = {
     "core": [],
@@ -45,6 +45,7 @@ MAY_INCLUDE = {
     "kernels/cuda": ["core", "quant", "kernels/ref"],
     "format": ["core", "quant"],
     "text": ["core", "format"],
+    "grammar": ["core", "format", "text"],
     "model": BELOW_MODEL,
     "interop": BELOW_MODEL + ["model"],
     "train": BELOW_MODEL + ["model"],
@@ -64,6 +65,7 @@ FOLDERS = {
     "src/kernels/cuda": "kernels/cuda",
     "src/format": "format",
     "src/text": "text",
+    "src/grammar": "grammar",
     "src/model": "model",
     "src/interop": "interop",
     "src/train": "train",  # train/mpi/ included
@@ -82,6 +84,7 @@ PUBLIC_HEADERS = {
     "format.hpp": "format",
     "tokenizer.hpp": "text",
     "chat_template.hpp": "text",
+    "grammar.hpp": "grammar",
     "model.hpp": "model",
     "session.hpp": "model",
     "sampling.hpp": "model",

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/grammar.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/sampling.hpp"
 #include "lockstep/session.hpp"
@@ -61,13 +62,26 @@ struct GenerateOptions {
   // false: stop right after a token that is one of the model's end-of-sequence ids
   // (Model::eos_token_ids, model.json's `eos_token_ids`); true: go on to max_tokens.
   bool ignore_eos = false;
+  // Structured output (lockstep/grammar.hpp; docs/HTTP.md, "Structured output"): with a grammar,
+  // each step sets the logit of every token the grammar refuses from its state to exactly -inf
+  // and then draws with sample_token as always (so the logits() a front end reads, and the
+  // logprobs from them, are the masked ones). `vocabulary` holds the model's tokens' bytes (its
+  // size must be the model's vocab_size). Stopping: an end-of-sequence id is allowed only where
+  // the text so far is a whole match, and ends it; without end-of-sequence ids (none in
+  // model.json, or ignore_eos), the generation ends (StopReason::grammar) after the first token
+  // that makes the text a whole match. A step where no token is allowed throws Error (a front
+  // end's error finish) rather than draw from logits that are all -inf.
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const TokenVocabulary> vocabulary;
   // Throws Error naming a value out of range (the sampling options, max_tokens >= 0).
   void validate() const;
 };
 
 // eos: the last token given out is one of the model's end-of-sequence ids. It is given out (a
 // front end counts it and reports its logprob) but is no text: end_of_sequence() says so.
-enum class StopReason { max_tokens, stop_text, eos };
+// grammar: the text became a whole match of the grammar, for a model without end-of-sequence ids
+// (GenerateOptions::grammar).
+enum class StopReason { max_tokens, stop_text, eos, grammar };
 
 // The decode loop as an object: a front end asks for one token at a time (streaming it, stopping
 // when its client goes away) and every front end gets the same tokens for the same options.
@@ -122,6 +136,12 @@ class Generator {
   int64_t prefills_ = 0;
   bool done_ = false;
   StopReason reason_ = StopReason::max_tokens;
+  // Structured output: the grammar's place, which ids are end-of-sequence ids it governs, and
+  // whether the model can end an answer with one.
+  std::unique_ptr<GrammarMatcher> matcher_;
+  std::vector<uint8_t> end_ids_;
+  bool grammar_ends_with_eos_ = false;
+  void mask_logits();
 };
 
 // Runs a Generator to the end, calling `on_token` with each token as it is chosen.

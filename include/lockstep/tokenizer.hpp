@@ -54,6 +54,11 @@ class Tokenizer {
   // How a single token shows on its own (the HTTP API's logprobs): a normal piece with its
   // spaces (U+2581) as ' ', a byte piece as "bytes:\xNN", a control or unknown piece as itself.
   std::string token_text(int32_t id) const;
+  // The bytes a token adds to a generated text, as a grammar matches them (lockstep/grammar.hpp):
+  // a piece with SentencePiece's U+2581 as ' ', a byte piece or a byte-level BPE token as its
+  // bytes (possibly part of a character), a non-special added token as its text; a control,
+  // special or unknown token, or an id past the tokenizer, as nothing.
+  std::string token_bytes(int32_t id) const;
 
   struct Impl;
 

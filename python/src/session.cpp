@@ -13,6 +13,7 @@
 #include "convert.hpp"
 #include "inference.hpp"
 #include "lockstep/generator.hpp"
+#include "lockstep/grammar.hpp"
 #include "lockstep/session.hpp"
 #include "text.hpp"
 
@@ -94,7 +95,7 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
           "generate",
           [](const Inference& self, TokensArg prompt, int32_t max_tokens, float temperature, int32_t top_k,
              float top_p, IntArg seed_arg, StopArg stop, CallbackArg on_token, bool truncate, OptionalBoolArg threaded,
-             OptionalIntArg threads, StrArg output_arg, bool ignore_eos) {
+             OptionalIntArg threads, StrArg output_arg, bool ignore_eos, py::object grammar, py::object json_schema) {
             const uint64_t seed = seed_value(seed_arg);
             const int32_t vocab = self.config().vocab_size;
             const std::vector<int32_t> ids = tokens_from(prompt, "prompt", self.tokenizer.get(), vocab, true);
@@ -104,6 +105,25 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
             options.max_tokens = max_tokens;
             options.truncate_prompt = truncate;
             options.ignore_eos = ignore_eos;
+            if (!grammar.is_none() && !json_schema.is_none())
+              throw py::value_error("give grammar= or json_schema=, not both");
+            if (!grammar.is_none() || !json_schema.is_none()) {
+              if (!self.tokenizer && vocab != 256)
+                throw py::value_error("a grammar matches text; the model has no tokenizer (a vocabulary of " +
+                                      std::to_string(vocab) + " ids)");
+              if (!grammar.is_none()) {
+                if (!py::isinstance<py::str>(grammar)) throw py::type_error("grammar must be a str of GBNF rules");
+                options.grammar = Grammar::from_gbnf(grammar.cast<std::string>());
+              } else {
+                // A dict (its keys in their order: properties are generated so) or the schema's JSON text.
+                const std::string text = py::isinstance<py::str>(json_schema)
+                                             ? json_schema.cast<std::string>()
+                                             : py::module_::import("json").attr("dumps")(json_schema).cast<std::string>();
+                options.grammar = Grammar::from_json_schema(text);
+              }
+              options.vocabulary = self.tokenizer ? TokenVocabulary::from_tokenizer(*self.tokenizer, vocab)
+                                                  : TokenVocabulary::bytes();
+            }
             std::vector<std::string> stops;  // with a tokenizer: compared with the decoded text
             if (!stop.is_none()) {
               if (!self.tokenizer && vocab != 256)
@@ -152,6 +172,7 @@ logits it returns are, bit for bit, those a full logits() call gives at that pos
           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(),
           py::arg("on_token") = py::none(), py::arg("truncate") = true, py::arg("threaded") = py::none(),
           py::arg("threads") = py::none(), py::arg("output") = "text", py::arg("ignore_eos") = false,
+          py::arg("grammar") = py::none(), py::arg("json_schema") = py::none(),
           R"doc(
 Generates up to max_tokens tokens after the prompt: greedy at temperature 0,
 else sampled (top_k, top_p, seed; docs/ARITHMETIC.md, "Sampling"), stopping early once the
@@ -178,6 +199,12 @@ What it returns is chosen by `output`, the same type for every model:
 A model with end-of-sequence ids (model.json's `eos_token_ids`, an imported model's
 eos_token_id) stops right after generating one: it is in "ids" (and passed to on_token) but
 adds no text. ignore_eos=True goes on to max_tokens.
+
+Structured output (docs/HTTP.md, "Structured output"): grammar= (str, GBNF as llama.cpp writes
+it) or json_schema= (a dict or its JSON text) holds the text to the grammar: each token is drawn
+from those it allows next, the others' logits set to -inf. An end-of-sequence id is allowed where
+the text is a whole match; a model without one stops at the first whole match. A grammar or
+schema that cannot be used raises ValueError naming the line and column or the keyword.
 )doc");
 }
 

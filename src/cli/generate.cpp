@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/sampling_flags.hpp"
 #include "lockstep/generator.hpp"
+#include "lockstep/grammar.hpp"
 #include "lockstep/tokenizer.hpp"
 
 namespace lockstep::cli {
@@ -35,6 +38,20 @@ std::vector<int32_t> ids_from_text(const std::string& text) {
   return ids;
 }
 
+// The grammar of --grammar FILE (GBNF) or --json-schema FILE (a JSON Schema); a refusal names the
+// file, then the line and column or the schema's keyword.
+std::shared_ptr<const Grammar> grammar_from_file(const std::string& path, bool schema) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, std::string(schema ? "--json-schema" : "--grammar") + ": cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return schema ? Grammar::from_json_schema(text.str()) : Grammar::from_gbnf(text.str());
+  } catch (const Error& e) {
+    throw Error(e.kind(), path + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 Run add_generate(CLI::App& app) {
@@ -43,6 +60,7 @@ Run add_generate(CLI::App& app) {
     std::string prompt, prompt_ids, stop;
     SamplingFlags sampling;
     bool no_truncate = false;
+    std::string grammar, json_schema;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed as it comes");
@@ -54,6 +72,10 @@ Run add_generate(CLI::App& app) {
   f->sampling.add_to(*cmd);
   cmd->add_option("--stop", f->stop, "stop once the generated text ends with this (a tokenizer's text: right after it)");
   cmd->add_flag("--no-truncate", f->no_truncate, "refuse a prompt longer than the window instead of keeping its end");
+  CLI::Option* grammar = cmd->add_option("--grammar", f->grammar, "only text this GBNF grammar (llama.cpp's notation) accepts");
+  CLI::Option* schema = cmd->add_option("--json-schema", f->json_schema, "only JSON this JSON Schema accepts");
+  grammar->excludes(schema);
+  schema->excludes(grammar);
   cmd->footer(
       "Past the window (W bytes, the model's length) generation goes on: when the context is full, it\n"
       "restarts from position 0 with its last W - floor(W/2) bytes (the newest one included), computed\n"
@@ -66,7 +88,10 @@ Run add_generate(CLI::App& app) {
       "is not the 256 bytes and has no tokenizer takes --prompt-ids and prints token ids (the prompt's,\n"
       "then each generated one), comma-separated.\n"
       "A model whose model.json has eos_token_ids (an imported model's eos_token_id) stops right after\n"
-      "generating one of them, printing nothing for it; --ignore-eos goes on to --tokens.");
+      "generating one of them, printing nothing for it; --ignore-eos goes on to --tokens.\n"
+      "--grammar FILE (GBNF) or --json-schema FILE holds the text to the grammar: each token is drawn from\n"
+      "those the grammar allows next (docs/HTTP.md, \"Structured output\"). An end-of-sequence id is\n"
+      "allowed where the text is a whole match; a model without one stops at the first whole match.");
   return [f, text, ids] {
     if (text->count() == 0 && ids->count() == 0)
       throw Error(ErrorKind::invalid_argument, "give the prompt as --prompt TEXT or --prompt-ids ID,ID,...");
@@ -83,6 +108,13 @@ Run add_generate(CLI::App& app) {
     GenerateOptions g = f->sampling.options();
     if (bytes) g.stop = f->stop;  // with a tokenizer the decoded text is compared (TextStream)
     g.truncate_prompt = !f->no_truncate;
+    if (!f->grammar.empty() || !f->json_schema.empty()) {
+      if (!bytes && !tokenizer)
+        throw Error(ErrorKind::unsupported, "a grammar matches text; this model has no tokenizer (vocabulary of " +
+                                                std::to_string(vocab) + " ids)");
+      g.grammar = f->grammar.empty() ? grammar_from_file(f->json_schema, true) : grammar_from_file(f->grammar, false);
+      g.vocabulary = tokenizer ? TokenVocabulary::from_tokenizer(*tokenizer, vocab) : TokenVocabulary::bytes();
+    }
     std::vector<int32_t> prompt;
     if (ids->count() > 0) {
       prompt = ids_from_text(f->prompt_ids);

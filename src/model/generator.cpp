@@ -2,6 +2,7 @@
 #include "lockstep/generator.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "lockstep/error.hpp"
@@ -66,6 +67,45 @@ Generator::Generator(std::shared_ptr<const Model> model, std::span<const int32_t
                      const CallOptions& call)
     : model_(std::move(model)), options_(options), context_(checked_context(*model_, prompt, options)) {
   session_ = std::make_unique<Session>(model_, call);
+  if (options_.grammar) {
+    const int32_t vocab = model_->config().vocab_size;
+    if (!options_.vocabulary || options_.vocabulary->size() != vocab)
+      throw Error(ErrorKind::invalid_argument,
+                  "a grammar needs the model's vocabulary as bytes (" + std::to_string(vocab) + " ids), got " +
+                      (options_.vocabulary ? std::to_string(options_.vocabulary->size()) + " ids" : std::string("none")));
+    matcher_ = std::make_unique<GrammarMatcher>(options_.grammar, options_.vocabulary);
+    end_ids_.assign(static_cast<size_t>(vocab), 0);
+    if (!options_.ignore_eos) {
+      for (const int32_t id : model_->eos_token_ids()) {
+        if (id < 0 || id >= vocab) continue;
+        end_ids_[static_cast<size_t>(id)] = 1;
+        grammar_ends_with_eos_ = true;
+      }
+    }
+  }
+}
+
+void Generator::mask_logits() {
+  // Each token the grammar refuses gets exactly -inf; an end-of-sequence id is allowed where the
+  // text so far is a whole match. At least one allowed logit must be above -inf, or the draw
+  // would weigh the refused ones (sample_token takes the highest logit as its reference).
+  const std::span<const uint64_t> allowed = matcher_->allowed_tokens();
+  const bool end_ok = matcher_->accepting();
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  size_t live = 0;
+  for (size_t i = 0; i < logits_.size(); ++i) {
+    const bool ok = end_ids_[i] ? end_ok : ((allowed[i / 64] >> (i % 64)) & 1) != 0;
+    if (!ok) {
+      logits_[i] = minus_inf;
+    } else if (logits_[i] > minus_inf) {
+      ++live;
+    }
+  }
+  if (live == 0) {
+    done_ = true;
+    throw Error(ErrorKind::state, "the grammar allows no token here (after " + std::to_string(step_) +
+                                      " generated tokens): no token of the vocabulary spells what it needs next");
+  }
 }
 
 Generator::~Generator() = default;
@@ -102,6 +142,7 @@ std::optional<std::span<const int32_t>> Generator::begin_step() {
 }
 
 int32_t Generator::end_step() {
+  if (matcher_) mask_logits();
   // The exp of the target the model runs (sampling_impl.hpp).
   const int32_t token =
       sample_token(logits_, options_.sampling, step_, nullptr, kernels_for(model_->impl().packed.get()));
@@ -113,6 +154,14 @@ int32_t Generator::end_step() {
       done_ = true;
       reason_ = StopReason::eos;
       return token;
+    }
+  }
+  if (matcher_) {
+    if (!matcher_->accept(token))
+      throw Error(ErrorKind::internal, "the grammar refused token " + std::to_string(token) + ", which its mask allowed");
+    if (!grammar_ends_with_eos_ && matcher_->accepting()) {
+      done_ = true;
+      reason_ = StopReason::grammar;
     }
   }
   if (!options_.stop.empty()) {

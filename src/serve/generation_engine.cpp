@@ -389,7 +389,8 @@ void GenerationEngine::step(std::vector<std::shared_ptr<GenerationJob>>& active)
     job->last_token = now;
     job->ahead.fetch_add(1);
     job->on_token(token, g.logits());
-    bool stopped = job->stop_now;
+    // A grammar's whole match ends the answer as a stop does (GenerateOptions::grammar).
+    bool stopped = job->stop_now || (g.done() && g.stop_reason() == StopReason::grammar);
     if (!job->stops.empty()) {
       job->tail.push_back(static_cast<char>(token & 0xff));
       size_t longest = 0;

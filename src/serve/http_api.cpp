@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include "core/host_math.hpp"
 #include "format/json_text.hpp"
@@ -82,14 +83,38 @@ void refuse_unsupported(const json& j, bool chat) {
   if (const json* v = given("logit_bias"); v && !(v->is_object() && v->empty()))
     throw bad("logit_bias", "'logit_bias' is not supported (only {})");
   if (chat) {
-    if (const json* v = given("response_format");
-        v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text"))
-      throw bad("response_format", "'response_format' is not supported (only {\"type\": \"text\"})");
     for (const char* k : {"tools", "functions"})
       if (const json* v = given(k); v && !(v->is_array() && v->empty()))
         throw bad(k, std::string("'") + k + "' is not supported: this is a base model without tool calls");
+    for (const char* k : {"tool_choice", "function_call"})
+      if (const json* v = given(k); v && !(*v == "none" || *v == "auto"))
+        throw bad(k, std::string("'") + k + "' is not supported (only \"none\" or \"auto\"): this is a base model without tool calls");
+    if (const json* v = given("parallel_tool_calls"); v && !v->is_boolean())
+      throw bad("parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+    if (const json* v = given("store"); v && !(v->is_boolean() && !v->get<bool>()))
+      throw bad("store", "'store' is not supported (only false): lockstep keeps no completions");
   } else if (const json* v = given("suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
     throw bad("suffix", "'suffix' is not supported (only \"\")");
+  }
+}
+
+// The fields a completion request may hold (docs/HTTP.md): any other is refused, naming it,
+// rather than ignored (OpenAI does the same). A field given as null counts as not given.
+// `user`, `metadata` and `service_tier` change nothing lockstep computes and are read past.
+void refuse_unknown(const json& j, bool chat) {
+  static const std::set<std::string> common = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream", "stream_options",
+      "ignore_eos", "logprobs", "echo", "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty",
+      "logit_bias", "response_format", "grammar", "json_schema", "user", "metadata", "service_tier"};
+  static const std::set<std::string> completions_only = {"prompt", "suffix"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
+                                                   "functions", "tool_choice", "function_call", "parallel_tool_calls",
+                                                   "store"};
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_null() || common.count(key) || (chat ? chat_only : completions_only).count(key)) continue;
+    throw bad(key, "'" + key + "' is not a field lockstep implements" +
+                       (chat ? std::string(" for chat completions") : std::string(" for completions")) +
+                       " (docs/HTTP.md lists them)");
   }
 }
 
@@ -291,6 +316,11 @@ CompletionRequest parse_completion(const std::string& body, const ModelConfig& c
       r.include_usage = boolean(o["include_usage"], "stream_options.include_usage");
   }
   refuse_unsupported(j, chat);
+  refuse_unknown(j, chat);
+  r.grammar = requested_grammar(body, j);
+  if (r.grammar && !tokenizer && vocab != 256)
+    throw bad(j.contains("grammar") ? "grammar" : j.contains("json_schema") ? "json_schema" : "response_format",
+              "a grammar matches text; this model has no tokenizer (a vocabulary of " + std::to_string(vocab) + " ids)");
   try {
     r.sampling.validate();
   } catch (const std::exception& e) {
@@ -393,7 +423,8 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32
     return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
            (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
   });
-  for (size_t i = 0; i < k; ++i)
+  // A token a grammar refused (logit -inf: probability 0) is no candidate: the list stops there.
+  for (size_t i = 0; i < k && logits[static_cast<size_t>(ids[i])] > -std::numeric_limits<float>::infinity(); ++i)
     out.top.emplace_back(ids[i], static_cast<double>(logits[static_cast<size_t>(ids[i])]) - lse);
   return out;
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/generator.hpp"
+#include "lockstep/grammar.hpp"
 #include "lockstep/config.hpp"
 #include "lockstep/chat_template.hpp"
 #include "lockstep/tokenizer.hpp"
@@ -50,7 +51,14 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool ignore_eos = false;     // vLLM's: go on past the model's end-of-sequence ids to max_tokens
+  // Structured output (response_format, grammar or json_schema): null for none.
+  std::shared_ptr<const Grammar> grammar;
 };
+
+// The grammar a request's `response_format`, `grammar` or `json_schema` asks for (null: none,
+// or {"type": "text"}); throws ApiError 400 naming the field, and the keyword or the line and
+// column the grammar engine names (http_structured.cpp). `request`: `body` as parse_body read it.
+std::shared_ptr<const Grammar> requested_grammar(const std::string& body, const nlohmann::json& request);
 
 inline constexpr int32_t max_choices = 16;  // n
 inline constexpr int32_t max_prompts = 64;  // prompts x n

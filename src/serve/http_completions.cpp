@@ -53,6 +53,8 @@ void HttpSession::completion(bool chat) {
     g.max_tokens = r.max_tokens;
     g.truncate_prompt = true;
     g.ignore_eos = r.ignore_eos;
+    g.grammar = r.grammar;
+    g.vocabulary = context_.vocabulary;
     auto job = std::make_shared<GenerationJob>();
     try {
       job->generator = std::make_unique<Generator>(context_.model, prompt, g);

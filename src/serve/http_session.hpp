@@ -63,6 +63,9 @@ struct HttpContext {
   HostRules hosts;                                  // the Host names taken (--allowed-host, the bound addresses)
   AccessLog* access_log = nullptr;                  // --access-log; null: none
   std::shared_ptr<const ChatTemplate> chat_template;  // the model's; null: none (chat_prompt's text)
+  // The model's tokens as bytes for structured output (a byte model's 256, or the tokenizer's);
+  // null: token ids only, which takes no grammar.
+  std::shared_ptr<const TokenVocabulary> vocabulary = nullptr;
 };
 
 // Flow control: how many tokens a generation may run ahead of its connection, and how many bytes

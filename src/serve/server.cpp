@@ -108,6 +108,12 @@ struct Server::Impl {
                      nullptr,   // access_log: opened then too
                      http_chat_template(*model, options)},
         drain_timer(strand) {
+    // Structured output's vocabulary (its token trie), built once for every request.
+    if (http_context.tokenizer) {
+      http_context.vocabulary = TokenVocabulary::from_tokenizer(*http_context.tokenizer, model->config().vocab_size);
+    } else if (!options.http.empty() && model->config().vocab_size == 256) {
+      http_context.vocabulary = TokenVocabulary::bytes();
+    }
     if (::pipe(wake) != 0)
       throw Error(ErrorKind::io, std::string("cannot create the stop pipe: ") + std::strerror(errno));
     for (int fd : wake) {

@@ -162,6 +162,14 @@ class HfTokenizer final : public Tokenizer::Impl {
     return out;
   }
 
+  std::string token_bytes(int32_t id) const override {
+    if (id < 0 || id >= size_) return {};
+    const auto a = added_by_id_.find(id);
+    if (a != added_by_id_.end()) return added_[a->second].special ? std::string() : added_[a->second].content;
+    if (static_cast<size_t>(id) >= bpe_.tokens().size()) return {};
+    return hf::byte_level_bytes(bpe_.tokens()[static_cast<size_t>(id)]);
+  }
+
  private:
   void read_added(const Node& n) {
     AddedToken t;

@@ -83,6 +83,23 @@ struct SentencePiece final : Tokenizer::Impl {
     return p;
   }
 
+  std::string token_bytes(int32_t id) const override {
+    if (id < 0 || id >= sp.GetPieceSize() || sp.IsControl(id) || sp.IsUnknown(id) || sp.IsUnused(id)) return {};
+    const std::string text = sp.IdToPiece(id);
+    if (sp.IsByte(id)) return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
+    std::string out;
+    const std::string_view space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+    for (size_t at = 0; at < text.size();) {
+      if (text.compare(at, space.size(), space) == 0) {
+        out += ' ';
+        at += space.size();
+      } else {
+        out += text[at++];
+      }
+    }
+    return out;
+  }
+
   std::string token_text(int32_t id) const override {
     if (id < 0 || id >= sp.GetPieceSize()) return std::string("<").append(std::to_string(id)).append(">");
     std::string text = sp.IdToPiece(id);

@@ -92,5 +92,6 @@ const std::string& Tokenizer::file() const { return impl_->file; }
 const std::string& Tokenizer::sha256() const { return impl_->sha256; }
 Tokenizer::Piece Tokenizer::piece(int32_t id) const { return impl_->piece(id); }
 std::string Tokenizer::token_text(int32_t id) const { return impl_->token_text(id); }
+std::string Tokenizer::token_bytes(int32_t id) const { return impl_->token_bytes(id); }
 
 }  // namespace lockstep

@@ -28,6 +28,7 @@ struct Tokenizer::Impl {
   virtual const char* type() const = 0;
   virtual Piece piece(int32_t id) const = 0;
   virtual std::string token_text(int32_t id) const = 0;
+  virtual std::string token_bytes(int32_t id) const = 0;
   std::string file, sha256;
 };
 

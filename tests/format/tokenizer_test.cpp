@@ -152,5 +152,20 @@ TEST_F(TextStreamTest, TokenTextShowsPiecesBytesAndControls) {
   EXPECT_EQ(t.token_text(t.size()), "<" + std::to_string(t.size()) + ">");
 }
 
+
+// Tokenizer::token_bytes (what a grammar matches, lockstep/grammar.hpp): a text's pieces' bytes
+// joined are its decoding (which drops the first piece's leading space); a control piece has none.
+TEST_F(TextStreamTest, TokenBytesJoinToTheDecodedText) {
+  const Tokenizer& t = *tokenizer_;
+  EXPECT_EQ(t.token_bytes(t.bos()), "");
+  for (const char* text : {"the lazy fox", " naïve café — über straße, 東京 と 大阪 🦊!", "a stitch\nin time", "€€€ end"}) {
+    const std::vector<int32_t> ids = t.encode(text, false);
+    std::string joined;
+    for (const int32_t id : ids) joined += t.token_bytes(id);
+    const std::string decoded = t.decode(ids);
+    EXPECT_TRUE(joined == decoded || joined == " " + decoded) << text << ": '" << joined << "' vs '" << decoded << "'";
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

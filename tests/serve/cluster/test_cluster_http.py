@@ -358,3 +358,17 @@ def test_a_body_near_the_limit_is_resent_when_a_replica_dies(cluster, alone):
     over = dict(bodies[0], prompt=filler[: MAX_BODY + 16])
     status, _, data = plain_completion(c.http, over)
     assert status == 413, (status, data)
+
+
+def test_a_schema_answer_is_the_same_from_every_replica(cluster, alone):
+    # Structured output (docs/HTTP.md): the masked draw has the same bits on every replica.
+    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 6}, "n": {"type": "integer"}},
+              "required": ["word", "n"], "additionalProperties": False}
+    c = cluster(replicas=2)
+    b = dict(prompt="json", max_tokens=200, temperature=1, seed=8,
+             response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}})
+    want = alone.completion(b)
+    assert set(json.loads(want)) == {"word", "n"}, want
+    client = client_for(c.url)
+    for _ in range(8):  # leastconn spreads them over the replicas
+        assert client.completion(**b)["choices"][0]["text"] == want

@@ -292,7 +292,7 @@ def test_bad_fields_are_400_naming_them(shared_server, body, param):
     ("/v1/completions", {"prompt": ["a", 5]}, "prompt[1]"),
     ("/v1/completions", {"prompt": "a", "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
-                              "response_format": {"type": "json_object"}}, "response_format"),
+                              "response_format": {"type": "yaml"}}, "response_format.type"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
                               "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
 ])

@@ -1,7 +1,9 @@
 """The official OpenAI JavaScript client (npm `openai@6`, Node.js 20) against `--http`: a
 completion and a streamed completion whose text equals `lockstep generate`'s for the same seed,
 a stream with `stream_options.include_usage` whose last chunk carries the usage,
-models.retrieve, a batch of two prompts, and a prompt's own scores (echo with logprobs).
+models.retrieve, a batch of two prompts, and a prompt's own scores (echo with logprobs); and
+structured output: `response_format: {type: "json_schema", ...}` on chat completions, streamed and
+not, twice for a seed, valid JSON of the schema and the same bytes every time.
 npm installs into a temporary folder outside the repository, bounded in time; where npm is
 missing or cannot reach its registry the test is skipped, saying so."""
 import json
@@ -42,6 +44,32 @@ console.log(JSON.stringify({ text: c.choices[0].text, finish: c.choices[0].finis
 """
 
 
+STRUCTURED = r"""
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: 'unused', maxRetries: 0, timeout: 20000 });
+const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 8 }, count: { type: 'integer' },
+                 tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 } },
+                 required: ['name', 'count', 'tags'], additionalProperties: false };
+const body = { model: 'tiny', messages: [{ role: 'user', content: 'An item, please.' }], max_tokens: 400,
+               temperature: 1, seed: 11,
+               response_format: { type: 'json_schema', json_schema: { name: 'item', schema, strict: true } } };
+const out = [];
+for (let i = 0; i < 2; ++i) {
+  const c = await client.chat.completions.create(body);
+  out.push({ text: c.choices[0].message.content, finish: c.choices[0].finish_reason });
+  let streamed = '';
+  let finish = null;
+  const s = await client.chat.completions.create({ ...body, stream: true });
+  for await (const chunk of s) {
+    if (chunk.choices.length && chunk.choices[0].delta.content) streamed += chunk.choices[0].delta.content;
+    if (chunk.choices.length && chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  out.push({ text: streamed, finish });
+}
+console.log(JSON.stringify(out));
+"""
+
+
 @pytest.fixture(scope="module")
 def openai_dir(tmp_path_factory):
     if not shutil.which("npm") or not shutil.which("node"):
@@ -55,6 +83,7 @@ def openai_dir(tmp_path_factory):
     if r.returncode != 0 or not (folder / "node_modules" / "openai").exists():
         pytest.skip("SKIPPED: npm could not install openai@6 (no registry?): " + r.stderr.decode()[-300:])
     (folder / "check.mjs").write_text(SCRIPT)
+    (folder / "structured.mjs").write_text(STRUCTURED)
     return folder
 
 
@@ -69,3 +98,18 @@ def test_openai_js_client_equals_generate(openai_dir, serve, model):
     assert got == {"text": expected, "finish": "length", "streamed": expected, "stream_finish": "length",
                    "counted": expected, "usage": {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35},
                    "model": "tiny", "batch": [expected, hi], "scored": 5, "first": None}
+
+
+def test_openai_js_client_gets_valid_json_of_a_schema_the_same_every_time(openai_dir, serve):
+    import jsonschema
+    s = serve("--http", "127.0.0.1:0")
+    r = subprocess.run(["node", "structured.mjs"], cwd=openai_dir, capture_output=True, timeout=60,
+                       env={"BASE_URL": f"http://127.0.0.1:{s.port}/v1", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr.decode()
+    answers = json.loads(r.stdout)
+    assert len(answers) == 4 and all(a == answers[0] for a in answers), answers
+    assert answers[0]["finish"] == "stop"
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "count": {"type": "integer"},
+                                               "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
+              "required": ["name", "count", "tags"], "additionalProperties": False}
+    jsonschema.validate(json.loads(answers[0]["text"]), schema)
