@@ -27,6 +27,7 @@ const char* stop_name(StopReason r) {
   switch (r) {
     case StopReason::eos: return "end of sequence";
     case StopReason::stop_text: return "stop text";
+    case StopReason::grammar: return "the grammar's end";
     case StopReason::max_tokens: break;
   }
   return "--tokens reached";
