@@ -248,16 +248,27 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
     refuse(what, "format '" + format + "' is not a lockstep model ('" + kModelFormatName + "')");
   const json& version = field(j, "format_version", what, "model.json");
   if (!version.is_number_integer()) refuse(what, "format_version is not an integer");
-  if (version.is_number_unsigned() ? version.get<uint64_t>() != static_cast<uint64_t>(kModelFormatVersion)
-                                   : version.get<int64_t>() != kModelFormatVersion)
-    refuse(what, "format_version " + version.dump() +
-                     " is not supported; this lockstep reads format_version " +
-                     std::to_string(kModelFormatVersion));
+  const bool known_version = version.is_number_unsigned()
+                                 ? version.get<uint64_t>() >= static_cast<uint64_t>(kOldestModelFormatVersion) &&
+                                       version.get<uint64_t>() <= static_cast<uint64_t>(kModelFormatVersion)
+                                 : version.get<int64_t>() >= kOldestModelFormatVersion &&
+                                       version.get<int64_t>() <= kModelFormatVersion;
+  if (!known_version)
+    refuse(what, "format_version " + version.dump() + " is not supported; this lockstep reads format_version " +
+                     std::to_string(kOldestModelFormatVersion) + " to " + std::to_string(kModelFormatVersion));
   ModelDescription d;
+  d.format_version = static_cast<int>(version.get<int64_t>());
   d.profile = string_field(j, "profile", what, "model.json");
-  if (d.profile != profile_name())
-    refuse(what, "written for arithmetic profile '" + d.profile + "', but this lockstep computes '" +
+  // Version 1 knew one profile; version 2 names the model's own (docs/FORMAT.md, "Profiles").
+  if (d.format_version == 1 && d.profile != profile_name())
+    refuse(what, "written for arithmetic profile '" + d.profile + "', but format_version 1 models compute '" +
                      profile_name() + "'");
+  if (!find_profile(d.profile))
+    refuse(what, "written for arithmetic profile '" + d.profile + "', which this lockstep does not compute (it computes '" +
+                     profile_name() + "' and '" + int8dot_profile_name() + "')");
+  if (d.profile == int8dot_profile_name())
+    refuse(what, "profile '" + d.profile +
+                     "' keeps its matrices in GGUF blocks, a weights format this lockstep does not read yet");
   const std::string arch = string_field(j, "architecture", what, "model.json");
   if (arch != kArchitecture)
     refuse(what, "architecture '" + arch + "' is not one lockstep runs ('" + kArchitecture + "')");

@@ -249,6 +249,7 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   impl->source.trained_weights = trained;
   if (resolved.step && !impl->source.step) impl->source.step = resolved.step;
   impl->weight_format = weights->format;
+  impl->profile = find_profile(d.profile);  // parse_model_json refused any other
   impl->eos_token_ids = d.eos_token_ids;
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
@@ -259,6 +260,7 @@ std::span<const float> Model::parameters() const { return impl_->full_parameters
 const std::string& Model::parameters_sha256() const { return impl_->sha256; }
 Precision Model::precision() const { return impl_->precision; }
 const std::string& Model::weight_format() const { return impl_->weight_format; }
+const char* Model::profile() const { return impl_->profile; }
 const ModelSource& Model::source() const { return impl_->source; }
 std::span<const int32_t> Model::eos_token_ids() const { return impl_->eos_token_ids; }
 Device Model::default_device() const { return impl_->device; }

@@ -71,6 +71,7 @@ struct Model::Impl {
   std::string sha256;
   Precision precision = Precision::f32;
   std::string weight_format = "float32";
+  const char* profile = profile_name();  // model.json's (find_profile)
   ModelSource source;
   std::vector<int32_t> eos_token_ids;  // model.json's, each within the vocabulary
   Device device = Device::cpu;
