@@ -87,6 +87,8 @@ struct PackedMatrix {
   }
 };
 
+struct BlockMatrix;  // kernels/simd/block_matrix.hpp
+
 // The most queries attention_queries computes as one tile (more go in several tiles).
 constexpr int kMaxTileQueries = 64;
 
@@ -114,6 +116,15 @@ struct Kernels {
   // of a^T @ b over rows split in two, run in order, equal the whole (data-parallel training).
   void (*matmul_at_continue)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
                              int64_t p_end, float* c, int64_t ldc, float* scratch) = nullptr;
+  // ref::matmul_blocks_quantized (profile lockstep-int8dot-1) for the columns of groups
+  // [g_begin, g_end) of w: y [M, N] (row stride ldy) from qx [M, K] and dx [M, K / 32], the rows
+  // as ref::quantize_activations quantized them. Columns past N are not written.
+  void (*matmul_blocks)(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                        int64_t g_end, float* y, int64_t ldy) = nullptr;
+  // The same one output at a time with scalar integer sums: the portable kernel, kept in every
+  // table so that tests and benchmarks can compare a target's vector kernel with it.
+  void (*matmul_blocks_scalar)(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                               int64_t g_end, float* y, int64_t ldy) = nullptr;
   int64_t matmul_at_scratch_floats(int64_t M) const {
     return (M + row_block - 1) / row_block * row_block * at_block;
   }
