@@ -158,8 +158,8 @@ WeightsFile parse_weights(const json& j, const std::string& what, const std::str
   w.sha256 = string_field(j, "parameters_sha256", what, where);
   if (w.file.empty() || w.file.find('/') != std::string::npos || w.file[0] == '.')
     refuse(what, where + ".file '" + w.file + "' must be a plain file name in the model directory");
-  if (w.format != "float32" && w.format != "q8" && w.format != "q4")
-    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8, q4)");
+  if (w.format != "float32" && w.format != "q8" && w.format != "q4" && w.format != kGgufFormat)
+    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8, q4, gguf)");
   if (w.sha256.size() != 64 || w.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
     refuse(what, where + ".parameters_sha256 is not 64 lower-case hex digits");
   return w;
@@ -266,9 +266,6 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   if (!find_profile(d.profile))
     refuse(what, "written for arithmetic profile '" + d.profile + "', which this lockstep does not compute (it computes '" +
                      profile_name() + "' and '" + int8dot_profile_name() + "')");
-  if (d.profile == int8dot_profile_name())
-    refuse(what, "profile '" + d.profile +
-                     "' keeps its matrices in GGUF blocks, a weights format this lockstep does not read yet");
   const std::string arch = string_field(j, "architecture", what, "model.json");
   if (arch != kArchitecture)
     refuse(what, "architecture '" + arch + "' is not one lockstep runs ('" + kArchitecture + "')");
@@ -342,6 +339,17 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
     refuse(what, "parameter_count is not " + std::to_string(registry.total()));
 
   d.weights = parse_weights(field(j, "weights", what, "model.json"), what, "weights");
+  // docs/FORMAT.md, "Profiles": the int8dot profile goes with a GGUF weights file and precision
+  // f32, and a GGUF weights file with the int8dot profile.
+  const bool int8dot = d.profile == int8dot_profile_name(), gguf = d.weights.format == kGgufFormat;
+  if (int8dot != gguf)
+    refuse(what, "profile '" + d.profile + "' does not go with weights.format '" + d.weights.format + "' (profile '" +
+                     int8dot_profile_name() + "' goes with weights.format 'gguf', and only it)");
+  if (int8dot && d.precision != Precision::f32)
+    refuse(what, "profile '" + d.profile + "' computes under precision f32 only, not '" + precision + "'");
+  if (gguf && j.contains("trained_weights") && !j["trained_weights"].is_null())
+    refuse(what, "a model whose weights file is GGUF has no trained_weights");
+  if (gguf && j.contains("loaded")) refuse(what, "a model whose weights file is GGUF has no loaded parameters");
   const json& averaged = field(j, "weights_averaged", what, "model.json");
   if (!averaged.is_boolean()) refuse(what, "weights_averaged is not true or false");
   d.weights_averaged = averaged.get<bool>();

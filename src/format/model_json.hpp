@@ -19,6 +19,9 @@ inline constexpr const char* kArchitecture = "decoder-lm";
 inline constexpr const char* kMatrixLayout = "in_out";
 inline constexpr const char* kWeightsFile = "params.safetensors";
 inline constexpr const char* kTrainedWeightsFile = "trained.safetensors";
+// weights.format of an int8dot model: the weights file is a GGUF file (docs/FORMAT.md, "Profiles").
+inline constexpr const char* kGgufFormat = "gguf";
+inline constexpr const char* kGgufWeightsFile = "model.gguf";
 inline constexpr size_t kMaxModelJsonBytes = size_t{16} << 20;
 
 struct WeightsFile {

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/ref/blocks.hpp"
+#include "kernels/simd/block_matrix.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "core/thread_pool.hpp"
@@ -125,13 +127,29 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
   return begin;
 }
 
+// A matrix in GGUF blocks (profile lockstep-int8dot-1): the item's rows quantized per block of 32
+// (ref::quantize_activations: a row's quantization depends on the row alone, so an item that
+// quantizes it again gets the same integers), then the integer kernel over its groups.
+void matmul_blocks_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b,
+                        int64_t g0, int64_t g1, float* c, int64_t ldc) {
+  thread_local std::vector<int8_t> qx;
+  thread_local std::vector<float> dx;
+  const int64_t K = b.K, blocks = K / quant::kBlockValues;
+  qx.resize(static_cast<size_t>(M * K));
+  dx.resize(static_cast<size_t>(M * blocks));
+  for (int64_t m = 0; m < M; ++m) ref::quantize_activations(a + m * lda, K, qx.data() + m * K, dx.data() + m * blocks);
+  k.matmul_blocks(qx.data(), dx.data(), M, *b.blocks, g0, g1, c, ldc);
+}
+
 // Item i of s: its panels over its rows, each output one whole chain (the kernel's).
 void matmul_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b, float* c,
                  int64_t ldc, const MatmulItems& s, int64_t i) {
   const auto [panels, rows] = matmul_item_range(M, b, s, i);
   const auto [p0, p1] = panels;
   const auto [r0, r1] = rows;
-  if (r0 < r1 && p0 < p1) k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
+  if (r0 >= r1 || p0 >= p1) return;
+  if (b.blocks) return matmul_blocks_item(k, a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
+  k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
 }
 
 // Tokens per item of the per-token phases (norms, RoPE, SwiGLU, outputs): at most 4 items per

@@ -42,4 +42,20 @@ void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValu
   }
 }
 
+void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
+  const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
+  int8_t values[kBlockValues];
+  for (int64_t n = 0; n < m.N; ++n) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = m.rows.data() + (n * blocks + b) * bytes;
+      block_values(m.type, block, values);
+      const float d = block_scale(block);
+      for (int j = 0; j < kBlockValues; ++j) {
+        const int64_t k = b * kBlockValues + j;
+        out[transpose ? k * m.N + n : n * m.K + k] = d * static_cast<float>(values[j]);
+      }
+    }
+  }
+}
+
 }  // namespace lockstep::quant

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "core/half.hpp"
 
@@ -39,5 +41,18 @@ inline float block_scale(const uint8_t* block) {
 // in the low nibble of byte j, element j + 16 in its high nibble); Q5_0's five-bit value - 16
 // (the nibbles as Q4_0's, bit 4 of element j being bit j of the little-endian u32 qh).
 void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValues]);
+
+// One matrix as a GGUF file holds it: N rows (one per output) of K inputs in `type`'s blocks.
+struct BlockRows {
+  BlockType type = BlockType::q8_0;
+  int64_t K = 0, N = 0;
+  std::vector<uint8_t> rows;  // N * block_row_bytes(type, K) bytes, the file's own
+};
+// A model's matrices in blocks by registry offset (an int8dot model's: docs/FORMAT.md).
+using BlockMatrices = std::unordered_map<int64_t, BlockRows>;
+
+// Every value of `m` dequantized, w = dw * float(q) (one rounded multiply): into out [K, N]
+// (lockstep's [in, out] layout, `transpose`) or out [N, K] (the rows as they are: an embedding).
+void dequantize_rows(const BlockRows& m, float* out, bool transpose);
 
 }  // namespace lockstep::quant

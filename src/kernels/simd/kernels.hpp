@@ -27,6 +27,8 @@ using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
 // system gives them (fewer TLB misses when decoding streams every weight once per token).
 AlignedFloats aligned_floats(size_t n);
 
+struct BlockMatrix;  // kernels/simd/block_matrix.hpp
+
 // A matrix B [K, N] repacked for the matmul kernel: panels of `panel` columns, each panel stored
 // k-major ([K][panel], columns past N zero), so the kernel streams one contiguous block.
 //
@@ -53,6 +55,10 @@ struct PackedMatrix {
   bool q8 = false;
   bool q4 = false;
   int64_t groups = 0;    // q4: ceil(K / 32)
+  // An int8dot model's matrix in GGUF blocks (kernels/simd/block_matrix.hpp): computed by
+  // matmul_blocks from quantized activations, never by `matmul`; panel is kBlockGroup and the
+  // panels are its groups, so that the split into items is the same code.
+  std::shared_ptr<const BlockMatrix> blocks;
   AlignedFloats data;
   AlignedFloats scales;  // q8: [panels * panel]; q4: [panels][groups][panel]
   const float* panel_data(int64_t p) const { return data.get() + p * K * panel; }
@@ -86,8 +92,6 @@ struct PackedMatrix {
     return q8 ? elements + static_cast<size_t>(panels * panel) * 4 : elements * (bf16 ? 2 : 4);
   }
 };
-
-struct BlockMatrix;  // kernels/simd/block_matrix.hpp
 
 // The most queries attention_queries computes as one tile (more go in several tiles).
 constexpr int kMaxTileQueries = 64;
