@@ -11,6 +11,7 @@
 // - bad files are refused naming what is wrong, and nothing is written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/gguf_read.hpp"
 #include "format/half.hpp"
 #include "kernels/ref/ops.hpp"
 #include "lockstep/interop.hpp"
@@ -186,7 +188,7 @@ struct TestModel {
   std::map<std::string, std::pair<uint32_t, std::vector<uint64_t>>> shapes;  // name -> type, ne
 };
 
-TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "") {
+TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "", int64_t vocab = 67) {
   TestModel m;
   TestGguf& g = m.file;
   g.str("general.architecture", "llama");
@@ -216,7 +218,7 @@ TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "
     g.tensors.push_back({name, ne, type, tensor_data(type, w, K, N)});
     m.shapes[name] = {type, ne};
   };
-  add("token_embd.weight", kQ8_0, 64, 67, 1.0f);
+  add("token_embd.weight", kQ8_0, 64, vocab, 1.0f);
   for (int l = 0; l < 2; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add(b + "attn_norm.weight", kF32, 64, 1, 0.1f, 1.0f);
@@ -230,7 +232,7 @@ TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "
     add(b + "ffn_down.weight", kQ5_0, 96, 64, 0.1f);
   }
   add("output_norm.weight", kF32, 64, 1, 0.1f, 1.0f);
-  if (!tied) add("output.weight", kQ4_0, 64, 67, 0.15f);
+  if (!tied) add("output.weight", kQ4_0, 64, vocab, 0.15f);
   // Outside files hold -128 in Q8_0 blocks: one in the embedding and one in w_up.
   g.tensors[0].data[2 + 5] = static_cast<char>(0x80);
   for (TestTensor& t : g.tensors)
@@ -560,6 +562,30 @@ TEST(GgufImport, BadFilesAreRefusedNamingWhatAndWriteNothing) {
   ids_only.ids_only = true;
   const std::string dir = import_file(tmp, with_vocab, "ids", ids_only);
   EXPECT_STREQ(Model::load(dir)->profile(), int8dot_profile_name());
+}
+
+// export-gguf of an imported int8dot model writes the very blocks it computes from (a byte-level
+// model: export-gguf needs token strings, which a vocabulary of 256 bytes has).
+TEST(GgufImport, ExportWritesTheSameBlocks) {
+  test::TempDir tmp;
+  const TestModel m = test_model(false, 6, "", 256);
+  const std::string dir = import_file(tmp, m.file.bytes(), "bytes");
+  const GgufResult r = export_gguf(dir, tmp / "again.gguf", GgufOptions{"f32", "again"});
+  EXPECT_EQ(r.tensors, static_cast<int64_t>(m.file.tensors.size()));
+  const std::string again = test::read_file(tmp / "again.gguf");
+  const format::GgufFile f = format::parse_gguf(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(again.data()), again.size()), "again.gguf");
+  for (const TestTensor& t : m.file.tensors) {
+    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
+    ASSERT_NE(it, f.tensors.end()) << t.name;
+    EXPECT_EQ(it->type, t.type) << t.name;
+    EXPECT_EQ(it->ne, t.ne) << t.name;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
+  }
+  // And it imports again to the same logits.
+  const std::string dir2 = import_file(tmp, again, "bytes2", ImportGgufOptions{0, true});
+  const auto ids = test::random_ids(24, 256, 8);
+  EXPECT_TRUE(test::same_bits(Model::load(dir)->logits({ids.data(), 1, 24}), Model::load(dir2)->logits({ids.data(), 1, 24})));
 }
 
 }  // namespace
