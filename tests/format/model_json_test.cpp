@@ -221,9 +221,18 @@ TEST_F(ModelJsonRefusal, UnknownProfileNamesBoth) {
         j["profile"] = int8dot_profile_name();
       },
       {"written for arithmetic profile 'lockstep-int8dot-1', but format_version 1 models compute 'lockstep-f32-1'"});
-  // The block weights format that goes with the int8dot profile is not read yet: said, not guessed.
+  // docs/FORMAT.md, "Profiles": the int8dot profile goes with a GGUF weights file, precision f32.
   ExpectRefused([](ordered_json& j) { j["profile"] = int8dot_profile_name(); },
-                {"profile 'lockstep-int8dot-1' keeps its matrices in GGUF blocks", "does not read yet"});
+                {"profile 'lockstep-int8dot-1' does not go with weights.format 'float32'"});
+  ExpectRefused([](ordered_json& j) { j["weights"]["format"] = "gguf"; },
+                {"profile 'lockstep-f32-1' does not go with weights.format 'gguf'"});
+  ExpectRefused(
+      [](ordered_json& j) {
+        j["profile"] = int8dot_profile_name();
+        j["weights"]["format"] = "gguf";
+        j["precision"] = "bf16";
+      },
+      {"profile 'lockstep-int8dot-1' computes under precision f32 only, not 'bf16'"});
 }
 
 // A version-1 model.json (every model written before version 2) still loads, as the f32 profile,
