@@ -256,7 +256,7 @@ TEST(BlockMatmul, EveryTargetEqualsReferenceOverShapesBatchesAndThreads) {
 }
 
 // The weights are kept as the file holds them: the packed matrix's integers and scales are the
-// blocks' own, -128 included.
+// blocks' own, -128 included, Q4_0's as nibbles; each output's block sum is the integers' sum.
 TEST(BlockMatmul, PackingKeepsTheFilesIntegersAndScales) {
   for (BlockType type : kTypes) {
     const int64_t K = 64, N = 11;
@@ -264,19 +264,26 @@ TEST(BlockMatmul, PackingKeepsTheFilesIntegersAndScales) {
     const simd::BlockPart part{rows.data(), type, N};
     const simd::BlockMatrix w = simd::pack_blocks(&part, 1, K);
     EXPECT_EQ(w.nibbles, type == BlockType::q4_0);
+    EXPECT_EQ(w.data.size(), size_t{2} * 2 * (w.nibbles ? 128 : 256));  // 2 groups of 2 blocks
     int8_t v[32];
-    for (int64_t n = 0; n < N; ++n) {
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t g = n / simd::kBlockGroup;
+      const int j = static_cast<int>(n % simd::kBlockGroup);
       for (int64_t b = 0; b < K / 32; ++b) {
-        const uint8_t* block = rows.data() + (n * K / 32 + b) * quant::block_bytes(type);
-        const float scale = w.group_scales(n / simd::kBlockGroup, b)[n % simd::kBlockGroup];
-        EXPECT_EQ(std::bit_cast<uint32_t>(scale), std::bit_cast<uint32_t>(quant::block_scale(block)));
-        quant::block_values(type, block, v);
-        const uint8_t* stored = w.block(n / simd::kBlockGroup, b, static_cast<int>(n % simd::kBlockGroup));
-        if (w.nibbles) {
-          EXPECT_EQ(std::memcmp(stored, block + 2, 16), 0);
-        } else {
-          EXPECT_EQ(std::memcmp(stored, v, 32), 0);
+        if (n >= N) {  // past N: zeros
+          EXPECT_EQ(w.group_scales(g, b)[j], 0.0f);
+          for (int k = 0; k < 32; ++k) EXPECT_EQ(w.value(g, b, j, k), 0);
+          continue;
         }
+        const uint8_t* block = rows.data() + (n * K / 32 + b) * quant::block_bytes(type);
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.group_scales(g, b)[j]), std::bit_cast<uint32_t>(quant::block_scale(block)));
+        quant::block_values(type, block, v);
+        int32_t sum = 0;
+        for (int k = 0; k < 32; ++k) {
+          EXPECT_EQ(w.value(g, b, j, k), v[k]) << quant::block_type_name(type) << " n " << n << " k " << k;
+          sum += v[k];
+        }
+        EXPECT_EQ(w.group_sums(g, b)[j], sum);
       }
     }
   }

@@ -1,9 +1,11 @@
 // A matrix in GGUF blocks (quant/gguf_blocks.hpp) laid out for the integer matmul
 // (kernels/simd/matmul_blocks.cpp): outputs in groups of kBlockGroup, each group's blocks in
-// input order, the group's kBlockGroup blocks of one input range side by side, so that the
-// kernel reads each group as one contiguous stream and puts the group's outputs in the lanes of
-// one f32 vector. The integers and scales are the file's, unchanged (Q4_0's nibbles kept as
-// nibbles; Q5_0's and a mix of types widened to int8, the same integers).
+// input order, and inside a block the group's 8 x 32 integers interleaved by quads of inputs:
+// vector v (32 bytes) holds inputs 4v .. 4v + 3 of output 0, then of output 1, ..., so that one
+// broadcast quad of activations meets all 8 outputs and each int32 lane of a dot product is one
+// output's sum (no horizontal sums). The integers and scales are the file's, unchanged: Q4_0's
+// stay 4-bit (value + 8 as a nibble: vector 2c's in the low nibbles of chunk c, vector 2c + 1's in
+// the high ones); Q5_0's, Q8_0's and a fused mix of types are int8.
 #pragma once
 
 #include <cstdint>
@@ -20,16 +22,25 @@ struct BlockMatrix {
   int64_t K = 0, N = 0;
   int64_t blocks = 0;  // K / 32
   int64_t groups = 0;  // ceil(N / kBlockGroup)
-  // Nibbles (every part Q4_0): block (g, b, j) is 16 bytes, value e = (byte[e % 16] >> 4 * (e / 16)
-  // & 15) - 8, at nibbles[((g * blocks + b) * kBlockGroup + j) * 16]. Else int8: 32 bytes at
-  // values[((g * blocks + b) * kBlockGroup + j) * 32].
-  bool nibbles = false;
+  bool nibbles = false;  // every part Q4_0: 128 bytes a (group, block); else int8, 256 bytes
   std::vector<uint8_t> data;
   std::vector<float> scales;  // [groups][blocks][kBlockGroup], the f16 scales widened; 0 past N
-  const uint8_t* block(int64_t g, int64_t b, int j) const {
-    return data.data() + ((g * blocks + b) * kBlockGroup + j) * (nibbles ? 16 : 32);
-  }
+  // [groups][blocks][kBlockGroup]: each output's sum of the block's 32 integers (exact), for
+  // kernels that offset the activations to unsigned bytes (VNNI's u8 x s8 dot product).
+  std::vector<int32_t> sums;
+
+  int64_t block_bytes() const { return nibbles ? 128 : 256; }
+  const uint8_t* block(int64_t g, int64_t b) const { return data.data() + (g * blocks + b) * block_bytes(); }
   const float* group_scales(int64_t g, int64_t b) const { return scales.data() + (g * blocks + b) * kBlockGroup; }
+  const int32_t* group_sums(int64_t g, int64_t b) const { return sums.data() + (g * blocks + b) * kBlockGroup; }
+  // The integer of output j (of group g), input 32 b + k.
+  int value(int64_t g, int64_t b, int j, int k) const {
+    const int v = k / 4, i = j * 4 + k % 4;
+    const uint8_t* p = block(g, b);
+    if (!nibbles) return static_cast<int8_t>(p[v * 32 + i]);
+    const uint8_t byte = p[(v / 2) * 32 + i];
+    return (v % 2 == 0 ? byte & 15 : byte >> 4) - 8;
+  }
 };
 
 // One matrix of a concatenation: N rows of block_row_bytes(type, K) bytes, as a GGUF file holds.
