@@ -81,58 +81,63 @@ HWY_INLINE void StoreGroup(float* out, __m256 acc, int64_t cols) {
   std::memcpy(out, lanes, static_cast<size_t>(cols) * sizeof(float));
 }
 
-// Rows [m0, m0 + R) of group g. For each block and each quad v, lane j of the int32 sum gets
-// output j's four products with the broadcast activation quad: maddubs multiplies an unsigned byte
-// by a signed one and adds pairs with int16 saturation, so it gets |w| (128 for -128, exact as
-// unsigned) and x with w's sign (|x| <= 127, so negating never overflows), whose pair sums stay
-// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32. After the 8 quads lane j
-// holds isum[j] exactly; then s = dw * dx and acc = fma(float(isum), s, acc), in block order.
+// The step of block b for rows [m0, m0 + R): s = dw * dx (one rounding), acc = fma(float(isum), s,
+// acc) (the conversion exact, |isum| < 2^24).
 template <int R>
-HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
-                          int64_t ldy) {
-  const int64_t B = w.blocks, K = w.K;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < B; ++b) {
-    const uint8_t* block = w.block(g, b);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-    for (int v = 0; v < 8; ++v) {
-      const __m256i wv = LoadQuads(w, block, v);
-      const __m256i aw = _mm256_abs_epi8(wv);
-      for (int r = 0; r < R; ++r) {
-        int32_t quad;
-        std::memcpy(&quad, qx + (m0 + r) * K + b * kBlockValues + v * 4, 4);
-        const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(quad), wv);
-        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
-      }
-    }
-    const __m256 dw = _mm256_loadu_ps(w.group_scales(g, b));
-    for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * B + b]));  // dw * dx, one rounding
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);        // exact conversion, then the fma
-    }
+HWY_INLINE void ChainStep(const __m256i* isum, const BlockMatrix& w, int64_t g, int64_t b, const float* dx, int64_t m0,
+                          __m256* acc) {
+  const __m256 dw = _mm256_loadu_ps(w.group_scales(g, b));
+  for (int r = 0; r < R; ++r) {
+    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * w.blocks + b]));
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);
   }
+}
+
+template <int R>
+HWY_INLINE void StoreRows(const __m256* acc, const BlockMatrix& w, int64_t g, int64_t m0, float* y, int64_t ldy) {
   const int64_t col0 = g * kBlockGroup, cols = std::min<int64_t>(kBlockGroup, w.N - col0);
   for (int r = 0; r < R; ++r) StoreGroup(y + (m0 + r) * ldy + col0, acc[r], cols);
 }
 
-void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
-                  float* y, int64_t ldy) {
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    int64_t m = 0;
-    for (; m + kBlockRows <= M; m += kBlockRows) GroupRows<kBlockRows>(qx, dx, m, w, g, y, ldy);
-    switch (M - m) {
-      case 3: GroupRows<3>(qx, dx, m, w, g, y, ldy); break;
-      case 2: GroupRows<2>(qx, dx, m, w, g, y, ldy); break;
-      case 1: GroupRows<1>(qx, dx, m, w, g, y, ldy); break;
-      default: break;
+// Activation quad v of block b of row m, broadcast to every lane.
+HWY_INLINE __m256i Quad(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
+  int32_t quad;
+  std::memcpy(&quad, qx + m * K + b * kBlockValues + v * 4, 4);
+  return _mm256_set1_epi32(quad);
+}
+
+// Rows [m0, m0 + R) of group g. For each block and each quad v, lane j of the int32 sum gets
+// output j's four products with the broadcast activation quad: maddubs multiplies an unsigned byte
+// by a signed one and adds pairs with int16 saturation, so it gets |w| (128 for -128, exact as
+// unsigned) and x with w's sign (|x| <= 127, so negating never overflows), whose pair sums stay
+// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32. The even and odd quads
+// go to two sums (shorter dependency chains), added after: lane j then holds isum[j] exactly.
+template <int R>
+HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
+                          int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    __m256i isum[R], odd[R];
+    for (int r = 0; r < R; ++r) isum[r] = odd[r] = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v) {
+      const __m256i wv = LoadQuads(w, block, v);
+      const __m256i aw = _mm256_abs_epi8(wv);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv)), ones);
+        (v % 2 == 0 ? isum[r] : odd[r]) = _mm256_add_epi32(v % 2 == 0 ? isum[r] : odd[r], p);
+      }
     }
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], odd[r]);
+    ChainStep<R>(isum, w, g, b, dx, m0, acc);
   }
+  StoreRows<R>(acc, w, g, m0, y, ldy);
 }
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr bool kHasVnni = true;
 // AVX-512 VNNI's vpdpbusd (on 256-bit vectors) adds four u8 x s8 products into each int32 lane
 // without saturating. The activations are made unsigned by adding 128 (x ^ 0x80), so each lane
 // gets sum (x + 128) w = isum + 128 * sum(w), and the group's stored sums take the 128 sum(w)
@@ -142,47 +147,64 @@ template <int R>
 __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const int8_t* qx, const float* dx, int64_t m0,
                                                                           const BlockMatrix& w, int64_t g, float* y,
                                                                           int64_t ldy) {
-  const int64_t B = w.blocks, K = w.K;
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < w.blocks; ++b) {
     const uint8_t* block = w.block(g, b);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    __m256i isum[R], odd[R];
+    for (int r = 0; r < R; ++r) isum[r] = odd[r] = _mm256_setzero_si256();
     for (int v = 0; v < 8; ++v) {
       const __m256i wv = LoadQuads(w, block, v);
       for (int r = 0; r < R; ++r) {
-        int32_t quad;
-        std::memcpy(&quad, qx + (m0 + r) * K + b * kBlockValues + v * 4, 4);
-        isum[r] = _mm256_dpbusd_epi32(isum[r], _mm256_xor_si256(_mm256_set1_epi32(quad), flip), wv);
+        __m256i& sum = v % 2 == 0 ? isum[r] : odd[r];
+        sum = _mm256_dpbusd_epi32(sum, _mm256_xor_si256(Quad(qx, w.K, m0 + r, b, v), flip), wv);
       }
     }
     const __m256i offset =
         _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.group_sums(g, b))), 7);  // 128 sum(w)
-    const __m256 dw = _mm256_loadu_ps(w.group_scales(g, b));
-    for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * B + b]));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], offset)), s, acc[r]);
-    }
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_sub_epi32(_mm256_add_epi32(isum[r], odd[r]), offset);
+    ChainStep<R>(isum, w, g, b, dx, m0, acc);
   }
-  const int64_t col0 = g * kBlockGroup, cols = std::min<int64_t>(kBlockGroup, w.N - col0);
-  for (int r = 0; r < R; ++r) StoreGroup(y + (m0 + r) * ldy + col0, acc[r], cols);
+  StoreRows<R>(acc, w, g, m0, y, ldy);
 }
+#else
+constexpr bool kHasVnni = false;
+template <int R>
+void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t) {}
+#endif
 
-__attribute__((target("avx512vl,avx512vnni"))) void MatmulBlocksVnni(const int8_t* qx, const float* dx, int64_t M,
-                                                                      const BlockMatrix& w, int64_t g_begin,
-                                                                      int64_t g_end, float* y, int64_t ldy) {
+// Groups [g_begin, g_end), rows in tiles of kBlockRows and a last smaller one.
+template <bool kVnni>
+void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                    float* y, int64_t ldy) {
+  auto tile = [&]<int R>(int64_t m, int64_t g) {
+    if constexpr (kVnni) {
+      GroupRowsVnni<R>(qx, dx, m, w, g, y, ldy);
+    } else {
+      GroupRows<R>(qx, dx, m, w, g, y, ldy);
+    }
+  };
   for (int64_t g = g_begin; g < g_end; ++g) {
     int64_t m = 0;
-    for (; m + kBlockRows <= M; m += kBlockRows) GroupRowsVnni<kBlockRows>(qx, dx, m, w, g, y, ldy);
+    for (; m + kBlockRows <= M; m += kBlockRows) tile.template operator()<kBlockRows>(m, g);
     switch (M - m) {
-      case 3: GroupRowsVnni<3>(qx, dx, m, w, g, y, ldy); break;
-      case 2: GroupRowsVnni<2>(qx, dx, m, w, g, y, ldy); break;
-      case 1: GroupRowsVnni<1>(qx, dx, m, w, g, y, ldy); break;
+      case 3: tile.template operator()<3>(m, g); break;
+      case 2: tile.template operator()<2>(m, g); break;
+      case 1: tile.template operator()<1>(m, g); break;
       default: break;
     }
   }
+}
+
+void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                  float* y, int64_t ldy) {
+  MatmulBlocksOf<false>(qx, dx, M, w, g_begin, g_end, y, ldy);
+}
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+void MatmulBlocksVnni(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                      int64_t g_end, float* y, int64_t ldy) {
+  MatmulBlocksOf<kHasVnni>(qx, dx, M, w, g_begin, g_end, y, ldy);
 }
 #endif
 
