@@ -202,7 +202,7 @@ size_t Model::Impl::resident_weight_bytes() const {
     if (!restored.load(std::memory_order_acquire)) bytes -= static_cast<size_t>(r.end - r.begin) * sizeof(float);
   }
   auto add = [&](const simd::PackedMatrix& m) {
-    bytes += m.blocks ? m.blocks->data.size() + m.blocks->scales.size() * sizeof(float) : m.bytes();
+    bytes += m.blocks ? m.blocks->data.size() : m.bytes();
   };
   for (const auto& L : packed->layers) {
     add(L.qkv);

@@ -264,26 +264,26 @@ TEST(BlockMatmul, PackingKeepsTheFilesIntegersAndScales) {
     const simd::BlockPart part{rows.data(), type, N};
     const simd::BlockMatrix w = simd::pack_blocks(&part, 1, K);
     EXPECT_EQ(w.nibbles, type == BlockType::q4_0);
-    EXPECT_EQ(w.data.size(), size_t{2} * 2 * (w.nibbles ? 128 : 256));  // 2 groups of 2 blocks
+    EXPECT_EQ(w.data.size(), size_t{2} * 2 * ((w.nibbles ? 128 : 256) + 64));  // 2 groups of 2 blocks
     int8_t v[32];
     for (int64_t n = 0; n < 16; ++n) {
       const int64_t g = n / simd::kBlockGroup;
       const int j = static_cast<int>(n % simd::kBlockGroup);
       for (int64_t b = 0; b < K / 32; ++b) {
         if (n >= N) {  // past N: zeros
-          EXPECT_EQ(w.group_scales(g, b)[j], 0.0f);
+          EXPECT_EQ(w.scale(g, b, j), 0.0f);
           for (int k = 0; k < 32; ++k) EXPECT_EQ(w.value(g, b, j, k), 0);
           continue;
         }
         const uint8_t* block = rows.data() + (n * K / 32 + b) * quant::block_bytes(type);
-        EXPECT_EQ(std::bit_cast<uint32_t>(w.group_scales(g, b)[j]), std::bit_cast<uint32_t>(quant::block_scale(block)));
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.scale(g, b, j)), std::bit_cast<uint32_t>(quant::block_scale(block)));
         quant::block_values(type, block, v);
         int32_t sum = 0;
         for (int k = 0; k < 32; ++k) {
           EXPECT_EQ(w.value(g, b, j, k), v[k]) << quant::block_type_name(type) << " n " << n << " k " << k;
           sum += v[k];
         }
-        EXPECT_EQ(w.group_sums(g, b)[j], sum);
+        EXPECT_EQ(w.sum(g, b, j), sum);
       }
     }
   }

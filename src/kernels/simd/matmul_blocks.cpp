@@ -48,7 +48,7 @@ void MatmulBlocksScalar(const int8_t* qx, const float* dx, int64_t M, const Bloc
           const int8_t* x = qx + m * K + b * kBlockValues;
           int32_t isum = 0;
           for (int k = 0; k < kBlockValues; ++k) isum += w.value(g, b, j, k) * x[k];
-          const float s = w.group_scales(g, b)[j] * dx[m * B + b];
+          const float s = w.scale(g, b, j) * dx[m * B + b];
           acc = ref::fma_f32(static_cast<float>(isum), s, acc);
         }
         y[m * ldy + g * kBlockGroup + j] = acc;
@@ -86,7 +86,7 @@ HWY_INLINE void StoreGroup(float* out, __m256 acc, int64_t cols) {
 template <int R>
 HWY_INLINE void ChainStep(const __m256i* isum, const BlockMatrix& w, int64_t g, int64_t b, const float* dx, int64_t m0,
                           __m256* acc) {
-  const __m256 dw = _mm256_loadu_ps(w.group_scales(g, b));
+  const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(w.scales_at(g, b)));
   for (int r = 0; r < R; ++r) {
     const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * w.blocks + b]));
     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);
@@ -110,8 +110,8 @@ HWY_INLINE __m256i Quad(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v
 // output j's four products with the broadcast activation quad: maddubs multiplies an unsigned byte
 // by a signed one and adds pairs with int16 saturation, so it gets |w| (128 for -128, exact as
 // unsigned) and x with w's sign (|x| <= 127, so negating never overflows), whose pair sums stay
-// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32. The even and odd quads
-// go to two sums (shorter dependency chains), added after: lane j then holds isum[j] exactly.
+// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32: after the 8 quads lane
+// j holds isum[j] exactly.
 template <int R>
 HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
                           int64_t ldy) {
@@ -120,17 +120,16 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.blocks; ++b) {
     const uint8_t* block = w.block(g, b);
-    __m256i isum[R], odd[R];
-    for (int r = 0; r < R; ++r) isum[r] = odd[r] = _mm256_setzero_si256();
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int v = 0; v < 8; ++v) {
       const __m256i wv = LoadQuads(w, block, v);
       const __m256i aw = _mm256_abs_epi8(wv);
       for (int r = 0; r < R; ++r) {
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv)), ones);
-        (v % 2 == 0 ? isum[r] : odd[r]) = _mm256_add_epi32(v % 2 == 0 ? isum[r] : odd[r], p);
+        isum[r] = _mm256_add_epi32(isum[r], p);
       }
     }
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], odd[r]);
     ChainStep<R>(isum, w, g, b, dx, m0, acc);
   }
   StoreRows<R>(acc, w, g, m0, y, ldy);
@@ -152,18 +151,16 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.blocks; ++b) {
     const uint8_t* block = w.block(g, b);
-    __m256i isum[R], odd[R];
-    for (int r = 0; r < R; ++r) isum[r] = odd[r] = _mm256_setzero_si256();
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int v = 0; v < 8; ++v) {
       const __m256i wv = LoadQuads(w, block, v);
-      for (int r = 0; r < R; ++r) {
-        __m256i& sum = v % 2 == 0 ? isum[r] : odd[r];
-        sum = _mm256_dpbusd_epi32(sum, _mm256_xor_si256(Quad(qx, w.K, m0 + r, b, v), flip), wv);
-      }
+      for (int r = 0; r < R; ++r)
+        isum[r] = _mm256_dpbusd_epi32(isum[r], _mm256_xor_si256(Quad(qx, w.K, m0 + r, b, v), flip), wv);
     }
     const __m256i offset =
-        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.group_sums(g, b))), 7);  // 128 sum(w)
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_sub_epi32(_mm256_add_epi32(isum[r], odd[r]), offset);
+        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.sums_at(g, b))), 7);  // 128 sum(w)
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_sub_epi32(isum[r], offset);
     ChainStep<R>(isum, w, g, b, dx, m0, acc);
   }
   StoreRows<R>(acc, w, g, m0, y, ldy);

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/simd/block_matrix.hpp"
 
@@ -18,9 +19,10 @@ BlockMatrix pack_blocks(const BlockPart* parts, int n_parts, int64_t K) {
   out.groups = (out.N + kBlockGroup - 1) / kBlockGroup;
   const size_t slots = static_cast<size_t>(out.groups * out.blocks);
   // Past N: value 0 (nibble 8, int8 0), scale 0, sum 0.
-  out.data.assign(slots * static_cast<size_t>(out.block_bytes()), out.nibbles ? uint8_t{0x88} : uint8_t{0});
-  out.scales.assign(slots * kBlockGroup, 0.0f);
-  out.sums.assign(slots * kBlockGroup, 0);
+  out.data.assign(slots * static_cast<size_t>(out.record_bytes()), uint8_t{0});
+  if (out.nibbles)
+    for (size_t s = 0; s < slots; ++s)
+      std::fill_n(out.data.begin() + static_cast<std::ptrdiff_t>(s) * out.record_bytes(), out.int_bytes(), uint8_t{0x88});
   int64_t col = 0;
   int8_t values[kBlockValues];
   for (int i = 0; i < n_parts; ++i) {
@@ -31,10 +33,10 @@ BlockMatrix pack_blocks(const BlockPart* parts, int n_parts, int64_t K) {
       const int j = static_cast<int>(col % kBlockGroup);
       for (int64_t b = 0; b < out.blocks; ++b) {
         const uint8_t* block = p.rows + (n * out.blocks + b) * bytes;
-        const size_t slot = static_cast<size_t>((g * out.blocks + b) * kBlockGroup + j);
-        out.scales[slot] = quant::block_scale(block);
+        uint8_t* dst = out.data.data() + (g * out.blocks + b) * out.record_bytes();
+        const float scale = quant::block_scale(block);
+        std::memcpy(dst + out.int_bytes() + 4 * j, &scale, 4);
         quant::block_values(p.type, block, values);
-        uint8_t* dst = out.data.data() + (g * out.blocks + b) * out.block_bytes();
         int32_t sum = 0;
         for (int k = 0; k < kBlockValues; ++k) {
           sum += values[k];
@@ -47,7 +49,7 @@ BlockMatrix pack_blocks(const BlockPart* parts, int n_parts, int64_t K) {
             byte = v % 2 == 0 ? static_cast<uint8_t>((byte & 0xf0) | nibble) : static_cast<uint8_t>((byte & 0x0f) | (nibble << 4));
           }
         }
-        out.sums[slot] = sum;
+        std::memcpy(dst + out.int_bytes() + kBlockGroup * 4 + 4 * j, &sum, 4);
       }
     }
   }
