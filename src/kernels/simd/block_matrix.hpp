@@ -6,15 +6,15 @@
 // output's sum (no horizontal sums). The integers and scales are the file's, unchanged: Q4_0's
 // stay 4-bit (value + 8 as a nibble: vector 2c's in the low nibbles of chunk c, vector 2c + 1's in
 // the high ones); Q5_0's, Q8_0's and a fused mix of types are int8. Each (group, block) is one
-// record: the integers, then the 8 outputs' scales (f32), then their integer sums (int32), so that
-// decoding streams a group as one run of memory.
+// record: the integers, then the 8 outputs' f16 scales as the file has them, so that decoding
+// streams a group as one run of memory, at the file's bytes per weight.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "core/half.hpp"
 #include "quant/gguf_blocks.hpp"
 
 namespace lockstep::simd {
@@ -26,26 +26,19 @@ struct BlockMatrix {
   int64_t blocks = 0;  // K / 32
   int64_t groups = 0;  // ceil(N / kBlockGroup)
   bool nibbles = false;  // every part Q4_0: 128 bytes of integers a (group, block); else int8, 256
-  // [groups][blocks] records of int_bytes() integers, kBlockGroup f32 scales (the f16 scales
-  // widened; 0 past N) and kBlockGroup int32 sums (each output's sum of the block's 32 integers,
-  // exact: for kernels that offset the activations to unsigned bytes, VNNI's u8 x s8 product).
+  // [groups][blocks] records of int_bytes() integers and kBlockGroup f16 scales (little-endian
+  // binary16, the file's bits; 0 past N).
   std::vector<uint8_t> data;
 
   int64_t int_bytes() const { return nibbles ? 128 : 256; }
-  int64_t record_bytes() const { return int_bytes() + 2 * kBlockGroup * 4; }
+  int64_t record_bytes() const { return int_bytes() + 2 * kBlockGroup; }
   const uint8_t* block(int64_t g, int64_t b) const { return data.data() + (g * blocks + b) * record_bytes(); }
-  // The record's scales and sums, for vector loads (8 each).
+  // The record's 8 f16 scales, for a vector load (widened exactly).
   const uint8_t* scales_at(int64_t g, int64_t b) const { return block(g, b) + int_bytes(); }
-  const uint8_t* sums_at(int64_t g, int64_t b) const { return scales_at(g, b) + kBlockGroup * 4; }
+  // Output j's scale, widened exactly to f32.
   float scale(int64_t g, int64_t b, int j) const {
-    float s;
-    std::memcpy(&s, scales_at(g, b) + 4 * j, 4);
-    return s;
-  }
-  int32_t sum(int64_t g, int64_t b, int j) const {
-    int32_t s;
-    std::memcpy(&s, sums_at(g, b) + 4 * j, 4);
-    return s;
+    const uint8_t* p = scales_at(g, b) + 2 * j;
+    return f32_from_f16_bits(static_cast<uint16_t>(p[0] | (p[1] << 8)));
   }
   // The integer of output j (of group g), input 32 b + k.
   int value(int64_t g, int64_t b, int j, int k) const {

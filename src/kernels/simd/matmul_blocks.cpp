@@ -86,7 +86,7 @@ HWY_INLINE void StoreGroup(float* out, __m256 acc, int64_t cols) {
 template <int R>
 HWY_INLINE void ChainStep(const __m256i* isum, const BlockMatrix& w, int64_t g, int64_t b, const float* dx, int64_t m0,
                           __m256* acc) {
-  const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(w.scales_at(g, b)));
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_at(g, b))));  // exact
   for (int r = 0; r < R; ++r) {
     const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * w.blocks + b]));
     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);
@@ -138,15 +138,13 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr bool kHasVnni = true;
 // AVX-512 VNNI's vpdpbusd (on 256-bit vectors) adds four u8 x s8 products into each int32 lane
-// without saturating. The activations are made unsigned by adding 128 (x ^ 0x80), so each lane
-// gets sum (x + 128) w = isum + 128 * sum(w), and the group's stored sums take the 128 sum(w)
-// back off: the same integer. Used where the CPU has the instruction (checked when the table is
-// filled); its bits are the other kernels' by construction and the tests compare them.
+// without saturating: it gets |w| (unsigned; 128 for -128) and x with w's sign, the products of
+// the maddubs kernel above in one instruction. Used where the CPU has it (checked when the table
+// is filled); its bits are the other kernels' by construction and the tests compare them.
 template <int R>
 __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const int8_t* qx, const float* dx, int64_t m0,
                                                                           const BlockMatrix& w, int64_t g, float* y,
                                                                           int64_t ldy) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.blocks; ++b) {
@@ -155,12 +153,10 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int v = 0; v < 8; ++v) {
       const __m256i wv = LoadQuads(w, block, v);
+      const __m256i aw = _mm256_abs_epi8(wv);
       for (int r = 0; r < R; ++r)
-        isum[r] = _mm256_dpbusd_epi32(isum[r], _mm256_xor_si256(Quad(qx, w.K, m0 + r, b, v), flip), wv);
+        isum[r] = _mm256_dpbusd_epi32(isum[r], aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv));
     }
-    const __m256i offset =
-        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.sums_at(g, b))), 7);  // 128 sum(w)
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_sub_epi32(isum[r], offset);
     ChainStep<R>(isum, w, g, b, dx, m0, acc);
   }
   StoreRows<R>(acc, w, g, m0, y, ldy);

@@ -34,12 +34,9 @@ BlockMatrix pack_blocks(const BlockPart* parts, int n_parts, int64_t K) {
       for (int64_t b = 0; b < out.blocks; ++b) {
         const uint8_t* block = p.rows + (n * out.blocks + b) * bytes;
         uint8_t* dst = out.data.data() + (g * out.blocks + b) * out.record_bytes();
-        const float scale = quant::block_scale(block);
-        std::memcpy(dst + out.int_bytes() + 4 * j, &scale, 4);
+        std::memcpy(dst + out.int_bytes() + 2 * j, block, 2);  // the f16 scale's bits
         quant::block_values(p.type, block, values);
-        int32_t sum = 0;
         for (int k = 0; k < kBlockValues; ++k) {
-          sum += values[k];
           const int v = k / 4, at = j * 4 + k % 4;
           if (!out.nibbles) {
             dst[v * 32 + at] = static_cast<uint8_t>(values[k]);
@@ -49,7 +46,6 @@ BlockMatrix pack_blocks(const BlockPart* parts, int n_parts, int64_t K) {
             byte = v % 2 == 0 ? static_cast<uint8_t>((byte & 0xf0) | nibble) : static_cast<uint8_t>((byte & 0x0f) | (nibble << 4));
           }
         }
-        std::memcpy(dst + out.int_bytes() + kBlockGroup * 4 + 4 * j, &sum, 4);
       }
     }
   }
