@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/ref/blocks.hpp"
 #include "kernels/ref/math.hpp"
@@ -138,24 +139,40 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr bool kHasVnni = true;
 // AVX-512 VNNI's vpdpbusd (on 256-bit vectors) adds four u8 x s8 products into each int32 lane
-// without saturating: it gets |w| (unsigned; 128 for -128) and x with w's sign, the products of
-// the maddubs kernel above in one instruction. Used where the CPU has it (checked when the table
-// is filled); its bits are the other kernels' by construction and the tests compare them.
+// without saturating. int8 weights: it gets |w| (unsigned; 128 for -128) and x with w's sign, the
+// maddubs kernel's products in one instruction. Q4_0's nibbles are unsigned already (w + 8): it
+// gets them as they are and x, so each lane holds isum + 8 * sum(x), and `xsum` (the block's sum of
+// x, per row) takes 8 * sum(x) back off. Integers throughout: the same isum. Used where the CPU has
+// the instruction (checked when the table is filled); the tests compare its bits with the others'.
 template <int R>
 __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const int8_t* qx, const float* dx, int64_t m0,
                                                                           const BlockMatrix& w, int64_t g, float* y,
-                                                                          int64_t ldy) {
+                                                                          int64_t ldy, const int32_t* xsum) {
+  const __m256i low = _mm256_set1_epi8(15);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.blocks; ++b) {
     const uint8_t* block = w.block(g, b);
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-    for (int v = 0; v < 8; ++v) {
-      const __m256i wv = LoadQuads(w, block, v);
-      const __m256i aw = _mm256_abs_epi8(wv);
+    if (w.nibbles) {
+      for (int c = 0; c < 4; ++c) {
+        const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * 32));
+        const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+        for (int r = 0; r < R; ++r) {
+          isum[r] = _mm256_dpbusd_epi32(isum[r], even, Quad(qx, w.K, m0 + r, b, 2 * c));
+          isum[r] = _mm256_dpbusd_epi32(isum[r], odd, Quad(qx, w.K, m0 + r, b, 2 * c + 1));
+        }
+      }
       for (int r = 0; r < R; ++r)
-        isum[r] = _mm256_dpbusd_epi32(isum[r], aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv));
+        isum[r] = _mm256_sub_epi32(isum[r], _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+    } else {
+      for (int v = 0; v < 8; ++v) {
+        const __m256i wv = LoadQuads(w, block, v);
+        const __m256i aw = _mm256_abs_epi8(wv);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_dpbusd_epi32(isum[r], aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv));
+      }
     }
     ChainStep<R>(isum, w, g, b, dx, m0, acc);
   }
@@ -164,16 +181,22 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
 #else
 constexpr bool kHasVnni = false;
 template <int R>
-void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t) {}
+void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*) {}
 #endif
 
 // Groups [g_begin, g_end), rows in tiles of kBlockRows and a last smaller one.
 template <bool kVnni>
 void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                     float* y, int64_t ldy) {
+  // VNNI over nibbles: each row's block sums of x (integers), once per call.
+  thread_local std::vector<int32_t> xsum;
+  if (kVnni && w.nibbles) {
+    xsum.assign(static_cast<size_t>(M * w.blocks), 0);
+    for (int64_t i = 0; i < M * w.K; ++i) xsum[static_cast<size_t>(i / kBlockValues)] += qx[i];
+  }
   auto tile = [&]<int R>(int64_t m, int64_t g) {
     if constexpr (kVnni) {
-      GroupRowsVnni<R>(qx, dx, m, w, g, y, ldy);
+      GroupRowsVnni<R>(qx, dx, m, w, g, y, ldy, xsum.data());
     } else {
       GroupRows<R>(qx, dx, m, w, g, y, ldy);
     }
