@@ -4,6 +4,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -17,11 +20,13 @@
 #include "core/rng.hpp"
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
+#include "format/gguf.hpp"
 #include "format/model_json.hpp"
 #include "format/weights.hpp"
 #include "core/thread_pool.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "lockstep/interop.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/session.hpp"
 #include "lockstep/trainer.hpp"
@@ -254,9 +259,76 @@ void BM_DramRead(benchmark::State& state) {
 }
 BENCHMARK(BM_DramRead)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// l768 stored as f32 (0), bf16 (1: precision bf16), q8 (2) or q4 (3), the packed ones written once
-// to a temporary directory and loaded (so they compute from their packed form).
-const char* packing_name(int packing) { return packing == 0 ? "f32" : packing == 1 ? "bf16" : packing == 2 ? "q8" : "q4"; }
+// l768 stored as f32 (0), bf16 (1: precision bf16), q8 (2), q4 (3), or GGUF's Q8_0 (4) and Q4_0 (5)
+// blocks under profile lockstep-int8dot-1 (integer dot products), the packed ones written once to a
+// temporary directory and loaded (so they compute from their packed form).
+const char* packing_name(int packing) {
+  const char* const names[] = {"f32", "bf16", "q8", "q4", "Q8_0 int8dot", "Q4_0 int8dot"};
+  return names[packing];
+}
+
+// One row of 32-value blocks as ggml's reference quantizer makes Q4_0: d = the value of largest
+// magnitude / -8, q = clamp(x / d + 8.5, 0, 15) truncated, low nibbles elements 0-15.
+void append_q4_0_row(std::span<const float> row, std::vector<uint8_t>& out) {
+  for (size_t b = 0; b < row.size(); b += 32) {
+    float amax = 0, max = 0;
+    for (size_t j = 0; j < 32; ++j)
+      if (std::fabs(row[b + j]) > amax) amax = std::fabs(row[b + j]), max = row[b + j];
+    const float d = max / -8, id = d != 0 ? 1 / d : 0;
+    const uint16_t h = format::f16_bits_from_f32(d);
+    out.push_back(static_cast<uint8_t>(h & 0xff));
+    out.push_back(static_cast<uint8_t>(h >> 8));
+    for (size_t j = 0; j < 16; ++j) {
+      const int lo = std::min(15, static_cast<int>(row[b + j] * id + 8.5f));
+      const int hi = std::min(15, static_cast<int>(row[b + j + 16] * id + 8.5f));
+      out.push_back(static_cast<uint8_t>(lo | (hi << 4)));
+    }
+  }
+}
+
+// l768's weights as a llama GGUF file with every matrix in `type` (Q8_0 or Q4_0), imported.
+void write_l768_gguf(const std::string& file, const std::string& dir, format::GgmlType type) {
+  const ModelConfig c = shape_config(1);
+  const ParameterRegistry reg(c);
+  const auto& p = shape_parameters(1);
+  format::GgufWriter w(32);
+  w.add_string("general.architecture", "llama");
+  format::add_llama_config(w, c);
+  // rows [N][K] of a lockstep matrix at `offset` ([K, N]; the embedding is rows already).
+  auto matrix = [&](const std::string& name, int64_t offset, int64_t K, int64_t N, bool rows) {
+    std::vector<float> row(static_cast<size_t>(K));
+    std::vector<uint8_t> data;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) row[static_cast<size_t>(k)] = p[static_cast<size_t>(offset + (rows ? n * K + k : k * N + n))];
+      if (type == format::GgmlType::q8_0) format::append_q8_0_row(row, data, name);
+      else append_q4_0_row(row, data);
+    }
+    w.add_tensor(name, {static_cast<uint64_t>(K), static_cast<uint64_t>(N)}, type, std::move(data));
+  };
+  auto vector = [&](const std::string& name, int64_t offset) {
+    std::vector<uint8_t> data(static_cast<size_t>(c.d_model) * 4);
+    std::memcpy(data.data(), p.data() + offset, data.size());
+    w.add_tensor(name, {static_cast<uint64_t>(c.d_model)}, format::GgmlType::f32, std::move(data));
+  };
+  matrix("token_embd.weight", reg.embed(), c.d_model, c.vocab_size, true);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const auto& L = reg.layer(l);
+    const std::string b = "blk." + std::to_string(l) + ".";
+    vector(b + "attn_norm.weight", L.attn_norm);
+    matrix(b + "attn_q.weight", L.wq, c.d_model, c.q_dim(), false);
+    matrix(b + "attn_k.weight", L.wk, c.d_model, c.kv_dim(), false);
+    matrix(b + "attn_v.weight", L.wv, c.d_model, c.kv_dim(), false);
+    matrix(b + "attn_output.weight", L.wo, c.q_dim(), c.d_model, false);
+    vector(b + "ffn_norm.weight", L.mlp_norm);
+    matrix(b + "ffn_gate.weight", L.w_gate, c.d_model, c.d_ff, false);
+    matrix(b + "ffn_up.weight", L.w_up, c.d_model, c.d_ff, false);
+    matrix(b + "ffn_down.weight", L.w_down, c.d_ff, c.d_model, false);
+  }
+  vector("output_norm.weight", reg.final_norm());
+  matrix("output.weight", reg.head(), c.d_model, c.vocab_size, false);
+  w.write(file);
+  import_gguf(file, dir);
+}
 
 std::shared_ptr<const Model> packed_model(int packing, int threads) {
   const ModelConfig c = shape_config(1);
@@ -268,8 +340,12 @@ std::shared_ptr<const Model> packed_model(int packing, int threads) {
     return Model::from_parameters(c, params, options);
   }
   const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("lockstep_bench_l768_" + std::string(packing_name(packing)) + "_" + std::to_string(::getpid())))
+                           ("lockstep_bench_l768_" + std::to_string(packing) + "_" + std::to_string(::getpid())))
                               .string();
+  if (packing >= 4 && !std::filesystem::exists(dir + "/model.json")) {
+    write_l768_gguf(dir + ".gguf", dir, packing == 4 ? format::GgmlType::q8_0 : format::GgmlType::q4_0);
+    std::filesystem::remove(dir + ".gguf");
+  }
   if (!std::filesystem::exists(dir + "/model.json")) {
     std::filesystem::create_directories(dir);
     const std::string file = dir + "/" + format::kWeightsFile;
@@ -305,7 +381,7 @@ void BM_DecodePacked(benchmark::State& state) {
   state.SetLabel(std::string("l768 ") + packing_name(packing));
   state.counters["tokens"] = benchmark::Counter(64, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_DecodePacked)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodePacked)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // A prefill's one row: a full window of random ids (stream 3), the last position's logits out.
 struct WindowRow {
@@ -339,7 +415,7 @@ void BM_PrefillPacked(benchmark::State& state) {
   state.SetLabel(std::string("l768 ") + packing_name(packing));
   state.counters["tokens"] = benchmark::Counter(c.length, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_PrefillPacked)->ArgsProduct({{0, 1, 2, 3}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillPacked)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // m1024: about 300 M parameters (d_model 1024, 24 layers, 16 heads, d_ff 2816, vocab 256, window
 // 256; 1.23 GB of f32 weights), where decode reads far past any cache and the DRAM bound

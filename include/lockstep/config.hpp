@@ -22,9 +22,16 @@ namespace lockstep {
 // bytes the configuration would need.
 inline constexpr int64_t max_parameters = int64_t{1} << 31;
 
-// The arithmetic profile this build computes; model.json names the profile it was written for,
-// and a loader refuses any other.
+// The arithmetic profiles (docs/ARITHMETIC.md). Each model computes one, which model.json names
+// (Model::profile()); a loader refuses one this build does not compute.
+// profile_name(): "lockstep-f32-1", every model lockstep initialises, trains, exports or builds
+// in memory, and every model.json of format_version 1.
 const char* profile_name() noexcept;
+// "lockstep-int8dot-1": matrices in GGUF's block formats (Q8_0, Q4_0, Q5_0), activations quantized
+// per block of 32, integer block dot products; everything else as lockstep-f32-1.
+const char* int8dot_profile_name() noexcept;
+// The profile named `name` (one of the two pointers above), or null for a name no profile has.
+const char* find_profile(std::string_view name) noexcept;
 
 enum class Precision {
   f32,   // every product in f32

@@ -55,4 +55,27 @@ struct ImportHfResult {
 // pairs. Refuses, naming the field, what the architecture lacks.
 ImportHfResult import_hf(const std::string& dir, const std::string& out, const ImportHfOptions& options = {});
 
+struct ImportGgufOptions {
+  int32_t length = 0;     // the window; 0: llama.context_length (at most 65,536)
+  bool ids_only = false;  // import without the file's vocabulary (lockstep does not convert one yet)
+};
+
+struct ImportGgufResult {
+  ModelConfig config;
+  std::string profile;                // the model's: lockstep-int8dot-1 when any matrix is in blocks
+  std::vector<std::string> types;     // the tensor types met, e.g. {"F32", "Q4_0"}
+  int64_t block_matrices = 0;         // matrices kept as the file's blocks
+  bool tied = false;                  // no output.weight: the head is token_embd's rows
+  std::string vocabulary;             // tokenizer.ggml.model, "" when the file has none
+  std::vector<int32_t> eos_token_ids; // tokenizer.ggml.eos_token_id
+};
+
+// Reads a GGUF file of llama.cpp's `llama` architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0 tensors)
+// and writes a lockstep model directory at `out` (which must not exist; it appears whole or not
+// at all). With any matrix in blocks the model is of profile lockstep-int8dot-1 and its weights
+// file is a byte copy of the GGUF file (blocks bit for bit); otherwise an f32 model (F16 and BF16
+// widened exactly). A file with a vocabulary is refused unless `ids_only`: lockstep does not yet
+// build its tokenizer from a GGUF vocabulary. Throws Error naming the tensor, key or type it refuses.
+ImportGgufResult import_gguf(const std::string& file, const std::string& out, const ImportGgufOptions& options = {});
+
 }  // namespace lockstep

@@ -99,7 +99,9 @@ class Model {
   const ParameterRegistry& registry() const;
   std::span<const float> parameters() const;  // flat f32, registry order
   const std::string& parameters_sha256() const;
-  const char* profile() const { return profile_name(); }
+  // The arithmetic profile the model computes (model.json's; profile_name() for a model built in
+  // memory): a static string, as find_profile returns.
+  const char* profile() const;
   Precision precision() const;
   const std::string& weight_format() const;  // "float32", or the packed format it was read from
   const ModelSource& source() const;

@@ -27,7 +27,7 @@ Run add_chat(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_export(CLI::App& app);
 Run add_export_gguf(CLI::App& app);
-Run add_import(CLI::App& app);  // `import hf`
+Run add_import(CLI::App& app);  // `import hf`, `import gguf`
 
 // The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
 struct DeviceFlags {

@@ -1,5 +1,5 @@
-// lockstep import hf: a Hugging Face Llama checkpoint as a lockstep model directory
-// (docs/FORMAT.md, "Hugging Face import").
+// lockstep import hf / gguf: a Hugging Face Llama checkpoint or a llama GGUF file as a lockstep model
+// directory (docs/FORMAT.md, "Hugging Face import", "GGUF import").
 #include <cstdio>
 
 #include "cli/commands.hpp"
@@ -27,7 +27,35 @@ Run add_import(CLI::App& app) {
       "Hugging Face's rotate_half layout to lockstep's adjacent RoPE pairs (the same function). Biases,\n"
       "rope_scaling, activations other than silu and sliding windows are refused. A SentencePiece\n"
       "tokenizer.model is copied into the model directory and named in model.json.");
-  return [f] {
+  auto g = std::make_shared<Flags>();
+  CLI::App* gg = cmd->add_subcommand("gguf", "a GGUF file of llama.cpp's llama architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0)");
+  gg->add_option("FILE", g->dir, "the GGUF file")->required();
+  gg->add_option("-o,--output", g->out, "the model directory to write (must not exist)")->required();
+  gg->add_option("--length", g->length, "the window (default: llama.context_length, at most 65536)");
+  gg->add_flag("--ids-only", g->ids_only, "import without the file's vocabulary (lockstep does not convert one yet)");
+  gg->footer(
+      "Q8_0, Q4_0 and Q5_0 matrices are kept as the file's blocks (the model directory holds a copy of the file)\n"
+      "and computed by integer block dot products: profile lockstep-int8dot-1 (docs/ARITHMETIC.md). F16 and BF16\n"
+      "are widened exactly to f32; a file of floats alone becomes an f32 model. Other tensor types are refused.");
+  auto run_gguf = [g] {
+    ImportGgufOptions options;
+    options.length = g->length;
+    options.ids_only = g->ids_only;
+    const ImportGgufResult r = import_gguf(g->dir, g->out, options);
+    std::string types;
+    for (const std::string& s : r.types) types += (types.empty() ? "" : ", ") + s;
+    const ModelConfig& c = r.config;
+    std::printf("import gguf: %s (%s; %lld matrices kept in blocks)\n", g->dir.c_str(), types.c_str(),
+                static_cast<long long>(r.block_matrices));
+    std::printf("wrote %s: profile %s, vocab %d, window %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d%s\n",
+                g->out.c_str(), r.profile.c_str(), c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads,
+                c.n_kv_heads, c.d_ff, r.tied ? ", head tied to the embedding" : "");
+    std::printf("tokenizer  %s%s\n", tokenizer_line(g->out, c.vocab_size).c_str(),
+                r.vocabulary.empty() ? "" : (" (the file's '" + r.vocabulary + "' vocabulary was left out: --ids-only)").c_str());
+    return 0;
+  };
+  return [f, gg, run_gguf] {
+    if (gg->parsed()) return run_gguf();
     ImportHfOptions options;
     options.length = f->length;
     options.batch = f->batch;

@@ -202,6 +202,13 @@ std::vector<float> init_parameters(const ModelConfig& config, uint64_t seed) {
 // The names model.json records: the arithmetic profile and the precisions.
 
 const char* profile_name() noexcept { return "lockstep-f32-1"; }
+const char* int8dot_profile_name() noexcept { return "lockstep-int8dot-1"; }
+
+const char* find_profile(std::string_view name) noexcept {
+  for (const char* p : {profile_name(), int8dot_profile_name()})
+    if (name == p) return p;
+  return nullptr;
+}
 
 Precision parse_precision(std::string_view name) {
   if (name == "f32") return Precision::f32;

@@ -41,6 +41,8 @@ uint64_t type_row_bytes(GgmlType type, uint64_t ne0) {
     case GgmlType::f32: return ne0 * 4;
     case GgmlType::f16: return ne0 * 2;
     case GgmlType::q8_0: return ne0 / kQ8Block * kQ8BlockBytes;
+    case GgmlType::q4_0: return ne0 / 32 * 18;
+    case GgmlType::q5_0: return ne0 / 32 * 22;
   }
   return 0;
 }
@@ -167,6 +169,19 @@ uint64_t GgufWriter::write(const std::string& path) const {
   written += offset;
   file.commit();
   return written;
+}
+
+void add_llama_config(GgufWriter& w, const ModelConfig& c) {
+  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.add_u32("llama.context_length", static_cast<uint32_t>(c.length));
+  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
+  w.add_u32("llama.block_count", static_cast<uint32_t>(c.n_layers));
+  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.d_ff));
+  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
+  w.add_f32("llama.rope.freq_base", c.rope_theta);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
 }
 
 }  // namespace lockstep::format

@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "format/half.hpp"
+#include "lockstep/config.hpp"
 
 namespace lockstep::format {
 
 // ggml's tensor types that lockstep writes, with ggml's numbers.
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8 };
+// Q4_0 and Q5_0 are written only as an int8dot model's blocks, as they were read.
+enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q5_0 = 6, q8_0 = 8 };
 
 // ggml's Q8_0 block: 32 values share one f16 scale `d`; 34 bytes (d, then 32 int8).
 inline constexpr int kQ8Block = 32;
@@ -62,5 +64,10 @@ class GgufWriter {
   std::string kv_;  // the key-value section's bytes
   std::vector<Tensor> tensors_;
 };
+
+// The `llama.*` keys of a configuration, in this order: vocab_size, context_length (the window),
+// embedding_length, block_count, feed_forward_length, attention.head_count, head_count_kv,
+// rope.dimension_count (u32), rope.freq_base, attention.layer_norm_rms_epsilon (f32).
+void add_llama_config(GgufWriter& w, const ModelConfig& config);
 
 }  // namespace lockstep::format

@@ -1,40 +1,15 @@
-// 16-bit floats <-> f32, by their bits (exact where the target holds the value).
+// 16-bit floats <-> f32, by their bits (exact where the target holds the value); the widenings
+// are core/half.hpp's.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+#include "core/half.hpp"
 
 namespace lockstep::format {
 
-// bfloat16 is f32's upper half: widening is exact.
-inline float f32_from_bf16_bits(uint16_t h) {
-  const uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-// IEEE binary16 widened exactly (subnormals included; infinities and NaN kept).
-inline float f32_from_f16_bits(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t x;
-  if (exp == 0x1f) {
-    x = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    x = sign | ((exp + 112u) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    x = sign;
-  } else {  // subnormal: mant * 2^-24, normalised
-    uint32_t e = 113u;  // f32 biased exponent of 2^-14
-    while ((mant & 0x400u) == 0) mant <<= 1, --e;
-    x = sign | (e << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
+using lockstep::f32_from_bf16_bits;  // core/half.hpp
+using lockstep::f32_from_f16_bits;
 
 // f32 -> binary16 bits, rounded to nearest, ties to even (NumPy's float16, the F16C
 // instruction). A finite value past f16's range rounds to infinity; the caller checks.

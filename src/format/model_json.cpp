@@ -158,8 +158,8 @@ WeightsFile parse_weights(const json& j, const std::string& what, const std::str
   w.sha256 = string_field(j, "parameters_sha256", what, where);
   if (w.file.empty() || w.file.find('/') != std::string::npos || w.file[0] == '.')
     refuse(what, where + ".file '" + w.file + "' must be a plain file name in the model directory");
-  if (w.format != "float32" && w.format != "q8" && w.format != "q4")
-    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8, q4)");
+  if (w.format != "float32" && w.format != "q8" && w.format != "q4" && w.format != kGgufFormat)
+    refuse(what, where + ".format '" + w.format + "' is not one this lockstep reads (float32, q8, q4, gguf)");
   if (w.sha256.size() != 64 || w.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
     refuse(what, where + ".parameters_sha256 is not 64 lower-case hex digits");
   return w;
@@ -248,16 +248,24 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
     refuse(what, "format '" + format + "' is not a lockstep model ('" + kModelFormatName + "')");
   const json& version = field(j, "format_version", what, "model.json");
   if (!version.is_number_integer()) refuse(what, "format_version is not an integer");
-  if (version.is_number_unsigned() ? version.get<uint64_t>() != static_cast<uint64_t>(kModelFormatVersion)
-                                   : version.get<int64_t>() != kModelFormatVersion)
-    refuse(what, "format_version " + version.dump() +
-                     " is not supported; this lockstep reads format_version " +
-                     std::to_string(kModelFormatVersion));
+  const bool known_version = version.is_number_unsigned()
+                                 ? version.get<uint64_t>() >= static_cast<uint64_t>(kOldestModelFormatVersion) &&
+                                       version.get<uint64_t>() <= static_cast<uint64_t>(kModelFormatVersion)
+                                 : version.get<int64_t>() >= kOldestModelFormatVersion &&
+                                       version.get<int64_t>() <= kModelFormatVersion;
+  if (!known_version)
+    refuse(what, "format_version " + version.dump() + " is not supported; this lockstep reads format_version " +
+                     std::to_string(kOldestModelFormatVersion) + " to " + std::to_string(kModelFormatVersion));
   ModelDescription d;
+  d.format_version = static_cast<int>(version.get<int64_t>());
   d.profile = string_field(j, "profile", what, "model.json");
-  if (d.profile != profile_name())
-    refuse(what, "written for arithmetic profile '" + d.profile + "', but this lockstep computes '" +
+  // Version 1 knew one profile; version 2 names the model's own (docs/FORMAT.md, "Profiles").
+  if (d.format_version == 1 && d.profile != profile_name())
+    refuse(what, "written for arithmetic profile '" + d.profile + "', but format_version 1 models compute '" +
                      profile_name() + "'");
+  if (!find_profile(d.profile))
+    refuse(what, "written for arithmetic profile '" + d.profile + "', which this lockstep does not compute (it computes '" +
+                     profile_name() + "' and '" + int8dot_profile_name() + "')");
   const std::string arch = string_field(j, "architecture", what, "model.json");
   if (arch != kArchitecture)
     refuse(what, "architecture '" + arch + "' is not one lockstep runs ('" + kArchitecture + "')");
@@ -331,6 +339,17 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
     refuse(what, "parameter_count is not " + std::to_string(registry.total()));
 
   d.weights = parse_weights(field(j, "weights", what, "model.json"), what, "weights");
+  // docs/FORMAT.md, "Profiles": the int8dot profile goes with a GGUF weights file and precision
+  // f32, and a GGUF weights file with the int8dot profile.
+  const bool int8dot = d.profile == int8dot_profile_name(), gguf = d.weights.format == kGgufFormat;
+  if (int8dot != gguf)
+    refuse(what, "profile '" + d.profile + "' does not go with weights.format '" + d.weights.format + "' (profile '" +
+                     int8dot_profile_name() + "' goes with weights.format 'gguf', and only it)");
+  if (int8dot && d.precision != Precision::f32)
+    refuse(what, "profile '" + d.profile + "' computes under precision f32 only, not '" + precision + "'");
+  if (gguf && j.contains("trained_weights") && !j["trained_weights"].is_null())
+    refuse(what, "a model whose weights file is GGUF has no trained_weights");
+  if (gguf && j.contains("loaded")) refuse(what, "a model whose weights file is GGUF has no loaded parameters");
   const json& averaged = field(j, "weights_averaged", what, "model.json");
   if (!averaged.is_boolean()) refuse(what, "weights_averaged is not true or false");
   d.weights_averaged = averaged.get<bool>();

@@ -10,12 +10,18 @@
 
 namespace lockstep::format {
 
-inline constexpr int kModelFormatVersion = 1;
+// The version lockstep writes; it reads every version from kOldestModelFormatVersion up to it
+// (docs/FORMAT.md, "Versions").
+inline constexpr int kModelFormatVersion = 2;
+inline constexpr int kOldestModelFormatVersion = 1;
 inline constexpr const char* kModelFormatName = "lockstep.model";
 inline constexpr const char* kArchitecture = "decoder-lm";
 inline constexpr const char* kMatrixLayout = "in_out";
 inline constexpr const char* kWeightsFile = "params.safetensors";
 inline constexpr const char* kTrainedWeightsFile = "trained.safetensors";
+// weights.format of an int8dot model: the weights file is a GGUF file (docs/FORMAT.md, "Profiles").
+inline constexpr const char* kGgufFormat = "gguf";
+inline constexpr const char* kGgufWeightsFile = "model.gguf";
 inline constexpr size_t kMaxModelJsonBytes = size_t{16} << 20;
 
 struct WeightsFile {
@@ -35,7 +41,8 @@ struct LoadedTensor {
 
 struct ModelDescription {
   ModelConfig config;
-  std::string profile;
+  std::string profile;  // the profile's name (find_profile)
+  int format_version = kModelFormatVersion;  // as read; render writes kModelFormatVersion
   Precision precision = Precision::f32;
   ModelSource source;  // step, slug, checkpoint; directory is not stored
   WeightsFile weights;                  // the weights served by default
@@ -48,7 +55,8 @@ struct ModelDescription {
   std::vector<int32_t> eos_token_ids;
 };
 
-// Parses and checks model.json: the format name and version, the profile (against this build's),
+// Parses and checks model.json: the format name and version, the profile (one this build computes,
+// and the one its version and weights format allow),
 // the architecture, matrix layout, configuration, the parameter list against the registry, the
 // declared inputs and outputs. Each refusal is an Error(format) starting with `what`.
 ModelDescription parse_model_json(std::string_view text, const std::string& what);

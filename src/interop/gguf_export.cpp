@@ -14,6 +14,7 @@
 #include "lockstep/interop.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/tokenizer.hpp"
+#include "model/model_impl.hpp"
 
 namespace lockstep {
 namespace {
@@ -66,6 +67,9 @@ std::vector<uint8_t> encode(const std::vector<float>& values, int64_t cols, Ggml
         format::append_q8_0_row(std::span<const float>(values).subspan(r, static_cast<size_t>(cols)), out,
                                 "tensor '" + name + "'");
       break;
+    case GgmlType::q4_0:
+    case GgmlType::q5_0:  // never quantized here: only an int8dot model's blocks, written as they are
+      throw Error(ErrorKind::internal, "tensor '" + name + "': lockstep does not quantize to Q4_0 or Q5_0");
   }
   return out;
 }
@@ -127,16 +131,7 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   w.add_string("general.name", name);
   w.add_u32("general.file_type", file_type);
   w.add_u32("general.alignment", 32);
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.length));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.n_layers));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.d_ff));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
-  w.add_f32("llama.rope.freq_base", c.rope_theta);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+  format::add_llama_config(w, c);
 
   if (tokenizer) {
     // The SentencePiece vocabulary as llama.cpp's `llama` tokenizer: each piece (spaces as U+2581),
@@ -185,9 +180,22 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     w.add_tensor(gguf_name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)}, t,
                  encode(rows_data, cols, t, gguf_name));
   };
+  // An int8dot model's matrix in blocks (an imported GGUF's) is written as the very blocks it
+  // computes from, whatever --type says: its rows are already ggml's (ne = {in, out}).
+  const quant::BlockMatrices* blocks = model->impl().blocks.get();
+  auto as_blocks = [&](const std::string& gguf_name, int64_t offset) {
+    if (!blocks) return false;
+    const auto it = blocks->find(offset);
+    if (it == blocks->end()) return false;
+    const quant::BlockRows& b = it->second;
+    w.add_tensor(gguf_name, {static_cast<uint64_t>(b.K), static_cast<uint64_t>(b.N)},
+                 static_cast<GgmlType>(static_cast<uint32_t>(b.type)), b.rows);
+    return true;
+  };
   // A lockstep matrix [in, out] (row-major) transposed to ggml's ne = {in, out}: row o holds
   // W[0..in, o].
   auto linear = [&](const std::string& gguf_name, int64_t offset, int64_t in, int64_t out) {
+    if (as_blocks(gguf_name, offset)) return;
     std::vector<float> t(static_cast<size_t>(in * out));
     for (int64_t i = 0; i < in; ++i)
       for (int64_t o = 0; o < out; ++o) t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + o)];
@@ -195,7 +203,8 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   };
 
   // token_embd: ggml ne = {d_model, vocab}, row t is token t: lockstep's embed as it is.
-  matrix_rows("token_embd.weight",
+  if (!as_blocks("token_embd.weight", reg.embed()))
+    matrix_rows("token_embd.weight",
               std::vector<float>(params.begin() + reg.embed(), params.begin() + reg.embed() + int64_t{c.vocab_size} * c.d_model),
               c.d_model, c.vocab_size);
   for (int32_t i = 0; i < c.n_layers; ++i) {

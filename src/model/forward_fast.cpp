@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/ref/blocks.hpp"
+#include "kernels/simd/block_matrix.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
 #include "core/thread_pool.hpp"
@@ -125,13 +127,50 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
   return begin;
 }
 
+// Rows [t0, t1) of a [*, K] (row stride lda) quantized per block of 32 (ref::quantize_activations)
+// into qx [*, K] and dx [*, K / 32]: the int8dot profile's activations.
+void quantize_rows(const float* a, int64_t lda, int64_t t0, int64_t t1, int64_t K, int8_t* qx, float* dx) {
+  const int64_t blocks = K / quant::kBlockValues;
+  for (int64_t t = t0; t < t1; ++t) ref::quantize_activations(a + t * lda, K, qx + t * K, dx + t * blocks);
+}
+
+// The quantized activations of a phase's input, when the phase that wrote its rows quantized them
+// too (each row once: the norms, SwiGLU and the outputs own whole rows).
+struct Quantized {
+  const int8_t* qx = nullptr;  // [rows, K]
+  const float* dx = nullptr;   // [rows, K / 32]
+};
+
+// A matrix in GGUF blocks (profile lockstep-int8dot-1): rows [0, M) of `q` when given, else the
+// item's rows quantized here (attention's output, whose rows no item owns whole: a row's
+// quantization depends on the row alone, so each item quantizing it gets the same integers),
+// then the integer kernel over the item's groups.
+void matmul_blocks_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b,
+                        int64_t g0, int64_t g1, float* c, int64_t ldc, Quantized q) {
+  const int64_t K = b.K;
+  if (!q.qx) {
+    thread_local std::vector<int8_t> qx;
+    thread_local std::vector<float> dx;
+    qx.resize(static_cast<size_t>(M * K));
+    dx.resize(static_cast<size_t>(M * K / quant::kBlockValues));
+    quantize_rows(a, lda, 0, M, K, qx.data(), dx.data());
+    q = {qx.data(), dx.data()};
+  }
+  k.matmul_blocks(q.qx, q.dx, M, *b.blocks, g0, g1, c, ldc);
+}
+
 // Item i of s: its panels over its rows, each output one whole chain (the kernel's).
 void matmul_item(const Kernels& k, const float* a, int64_t lda, int64_t M, const simd::PackedMatrix& b, float* c,
-                 int64_t ldc, const MatmulItems& s, int64_t i) {
+                 int64_t ldc, const MatmulItems& s, int64_t i, Quantized q = {}) {
   const auto [panels, rows] = matmul_item_range(M, b, s, i);
   const auto [p0, p1] = panels;
   const auto [r0, r1] = rows;
-  if (r0 < r1 && p0 < p1) k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
+  if (r0 >= r1 || p0 >= p1) return;
+  if (b.blocks) {
+    if (q.qx) q = {q.qx + r0 * b.K, q.dx + r0 * (b.K / quant::kBlockValues)};
+    return matmul_blocks_item(k, a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc, q);
+  }
+  k.matmul(a + r0 * lda, lda, r1 - r0, b, p0, p1, c + r0 * ldc, ldc);
 }
 
 // Tokens per item of the per-token phases (norms, RoPE, SwiGLU, outputs): at most 4 items per
@@ -249,6 +288,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   const PackedWeights& pw = *m.packed;
   const Kernels& k = *pw.kernels;
   const bool bf16 = m.precision == Precision::bf16;
+  const bool int8dot = m.blocks != nullptr;  // profile lockstep-int8dot-1: some matrices in GGUF blocks
   const int64_t d = c.d_model, hd = c.head_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const int64_t ff = c.d_ff, vocab = c.vocab_size, half = hd / 2;
   const int64_t qkv_ld = q_dim + 2 * kv_dim;
@@ -287,7 +327,10 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
                            tokens * d,             // o
                            n_threads * scores_per_thread,  // attention's scores and blocks
                            outputs * d,            // out_x
-                           want_logits ? outputs * vocab : 0};  // out_logits
+                           want_logits ? outputs * vocab : 0,  // out_logits
+                           // int8dot: one input's quantized rows (int8 [tokens, max(d, d_ff)]) and scales
+                           int8dot ? (tokens * std::max(d, ff) + 3) / 4 : 0,
+                           int8dot ? tokens * std::max(d, ff) / quant::kBlockValues : 0};
   auto padded = [](int64_t n) { return (std::max<int64_t>(n, 1) + 15) / 16 * 16; };
   int64_t total = 0;
   for (int64_t n : sizes) total += padded(n);
@@ -311,6 +354,15 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   float* const scores = buffers[8];
   float* const out_x = buffers[9];
   float* const out_logits = buffers[10];
+  int8_t* const qx = reinterpret_cast<int8_t*>(buffers[11]);
+  float* const dx = buffers[12];
+  // The phase that writes a block matrix's input rows quantizes them for it (rows [t0, t1) of
+  // `a`, K wide); the matmul phase after it reads them. One buffer serves every input in turn,
+  // each read by the phase after the one that wrote it.
+  auto quantize_for = [&](const simd::PackedMatrix& b, const float* a, int64_t K, int64_t t0, int64_t t1) {
+    if (b.blocks) quantize_rows(a, K, t0, t1, K, qx, dx);
+  };
+  auto quantized = [&](const simd::PackedMatrix& b) { return b.blocks ? Quantized{qx, dx} : Quantized{}; };
 
   const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch);
   const std::vector<AttentionItem> items = attention_items(plan, rows, c.n_heads);
@@ -368,9 +420,10 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
         }
         k.rmsnorm_rows(x + t0 * d, p + lw.attn_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
         if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
+        quantize_for(pl.qkv, xn, d, t0, t1);
         return;
       case kQkv:  // [q | k | v] = xn @ [wq | wk | wv]
-        return matmul_item(k, xn, d, R, pl.qkv, qkv, qkv_ld, qkv_items, item);
+        return matmul_item(k, xn, d, R, pl.qkv, qkv, qkv_ld, qkv_items, item, quantized(pl.qkv));
       case kRope:  // RoPE on q and k at each token's position; keys (transposed) and values stored
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
@@ -424,17 +477,19 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
         k.add(x + t0 * d, o + t0 * d, (t1 - t0) * d);
         k.rmsnorm_rows(x + t0 * d, p + lw.mlp_norm, xn + t0 * d, nullptr, t1 - t0, d, c.norm_eps);
         if (bf16) k.round_bf16(xn + t0 * d, xn + t0 * d, (t1 - t0) * d);
+        quantize_for(pl.gate_up, xn, d, t0, t1);
         return;
       case kGateUp:  // [gate | up] = xn @ [w_gate | w_up]
-        return matmul_item(k, xn, d, R, pl.gate_up, gu, 2 * ff, gate_up_items, item);
+        return matmul_item(k, xn, d, R, pl.gate_up, gu, 2 * ff, gate_up_items, item, quantized(pl.gate_up));
       case kSwiglu:  // h = silu(gate) * up
         for (int64_t t = t0; t < t1; ++t) {
           k.swiglu(gu + t * 2 * ff, gu + t * 2 * ff + ff, h + t * ff, ff);
           if (bf16) k.round_bf16(h + t * ff, h + t * ff, ff);
         }
+        quantize_for(pl.w_down, h, ff, t0, t1);
         return;
       default:  // kDown: o = h @ w_down (added to x by the next layer, or by the outputs)
-        return matmul_item(k, h, ff, R, pl.w_down, o, d, down_items, item);
+        return matmul_item(k, h, ff, R, pl.w_down, o, d, down_items, item, quantized(pl.w_down));
     }
   };
 
@@ -455,8 +510,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
         if (row.hidden) std::copy_n(out_x + i * d, d, row.hidden + slot_out * d);
         if (bf16) k.round_bf16(out_x + i * d, out_x + i * d, d);
       }
+      quantize_for(pw.head, out_x, d, i0, i1);
     } else if (phase == layer_phases + 1) {
-      matmul_item(k, out_x, d, R_out, pw.head, out_logits, vocab, head_items, item);
+      matmul_item(k, out_x, d, R_out, pw.head, out_logits, vocab, head_items, item, quantized(pw.head));
     } else {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t t = plan.out_token[static_cast<size_t>(i)];

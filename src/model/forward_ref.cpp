@@ -4,14 +4,19 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/ref/blocks.hpp"
 #include "kernels/ref/ops.hpp"
 #include "model/model_impl.hpp"
 
 namespace lockstep {
 namespace {
 
-// y [N] = x [K] @ w [K, N], under the model's precision.
+// y [N] = x [K] @ w [K, N], under the model's precision or, for a matrix in blocks, its profile.
 void linear(const Model::Impl& m, const float* x, int64_t w_offset, float* y, int64_t K, int64_t N) {
+  if (m.blocks) {  // profile lockstep-int8dot-1: a matrix in GGUF blocks, from the file's rows
+    const auto it = m.blocks->find(w_offset);
+    if (it != m.blocks->end()) return ref::matmul_blocks(x, it->second.rows.data(), it->second.type, y, 1, K, N);
+  }
   const float* w = m.matmul_weights() + w_offset;
   if (m.precision == Precision::bf16) {
     ref::matmul_bf16(x, w, y, 1, K, N);

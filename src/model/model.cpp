@@ -7,11 +7,14 @@
 #include "core/cpu_info.hpp"
 #include "core/pages.hpp"
 #include "core/sha256.hpp"
+#include "format/gguf_model.hpp"
+#include "format/gguf_read.hpp"
 #include "format/mapped_file.hpp"
 #include "format/model_json.hpp"
 #include "format/weights.hpp"
 #include "kernels/ref/math.hpp"
 #include "kernels/ref/ops.hpp"
+#include "kernels/simd/block_matrix.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "lockstep/format.hpp"
 #include "model/model_impl.hpp"
@@ -55,12 +58,31 @@ void check_threads(int threads, bool zero_ok) {
               "threads must be in [1, " + std::to_string(max_threads) + "], got " + std::to_string(threads));
 }
 
+// An int8dot model's GGUF weights file: its bytes must have model.json's SHA-256, and the
+// configuration its keys give (with model.json's window) must be model.json's.
+std::unique_ptr<Model::Impl> load_gguf_weights(const std::string& path, const format::ModelDescription& d,
+                                               const ModelOptions& options) {
+  const format::MappedFile file(path);
+  const std::string sha = sha256_hex(file.bytes().data(), file.bytes().size());
+  if (sha != d.weights.sha256)
+    throw Error(ErrorKind::format, path + ": its SHA-256 is " + sha + " but model.json says " + d.weights.sha256);
+  const format::GgufFile gguf = format::parse_gguf(file.bytes(), path);
+  format::GgufModel m = format::read_gguf_llama(gguf, path, d.config.length);
+  m.config.batch = d.config.batch;
+  if (!(m.config == d.config))
+    throw Error(ErrorKind::format, path + ": the configuration its keys give is not model.json's");
+  auto blocks = std::make_shared<const quant::BlockMatrices>(std::move(m.blocks));
+  return std::make_unique<Model::Impl>(m.config, std::move(m.parameters), options, nullptr, nullptr, &sha,
+                                       std::move(blocks));
+}
+
 }  // namespace
 
 
 Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
-                  quant::Q8Matrices* q8, quant::Q4Matrices* q4, const std::string* read_sha256)
-    : config(c), registry(c), parameters(std::move(params)) {
+                  quant::Q8Matrices* q8, quant::Q4Matrices* q4, const std::string* read_sha256,
+                  std::shared_ptr<const quant::BlockMatrices> block_matrices)
+    : config(c), registry(c), parameters(std::move(params)), blocks(std::move(block_matrices)) {
   if (static_cast<int64_t>(parameters.size()) != registry.total())
     throw Error(ErrorKind::invalid_argument, "parameters must be float32 [" +
                                                  std::to_string(registry.total()) + "], got " +
@@ -81,6 +103,12 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   threads = options.threads;
   pool = options.pool;
   if (options.precision) precision = *options.precision;
+  if (blocks) {
+    profile = int8dot_profile_name();
+    if (precision != Precision::f32)
+      throw Error(ErrorKind::unsupported, std::string("precision bf16 does not apply to a model of profile ") + profile +
+                                              " (its matrices are GGUF blocks, computed in integers)");
+  }
   const size_t half = static_cast<size_t>(c.head_dim() / 2);
   rope_cos.resize(static_cast<size_t>(c.length) * half);
   rope_sin.resize(static_cast<size_t>(c.length) * half);
@@ -97,6 +125,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   // read: loading holds one copy of the weights, not two. bf16 panels hold the values rounded, so
   // their low halves are kept first (Released::low).
   auto release = [&](const simd::PackedMatrix& b, PackedParts parts) {
+    if (b.blocks) return;  // the f32 copy stays: the embedding and parameters() read it
     // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
     if (read_sha256 && !b.q8 && !b.q4)
       throw Error(ErrorKind::internal, "a matrix given back at read was packed from its f32 values");
@@ -122,7 +151,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   };
   const bool bf16 = precision == Precision::bf16;
   packed = pack_weights(config, registry, parameters.data(), &choose_kernels(options.simd_target), bf16,
-                              bf16 ? nullptr : q8, bf16 ? nullptr : q4, release);
+                              bf16 ? nullptr : q8, bf16 ? nullptr : q4, release, blocks.get());
 }
 
 const std::vector<float>& Model::Impl::full_parameters() const {
@@ -172,7 +201,9 @@ size_t Model::Impl::resident_weight_bytes() const {
     bytes += r.low.size() * sizeof(uint16_t) + r.ties_up.size() * sizeof(int64_t);
     if (!restored.load(std::memory_order_acquire)) bytes -= static_cast<size_t>(r.end - r.begin) * sizeof(float);
   }
-  auto add = [&](const simd::PackedMatrix& m) { bytes += m.bytes(); };
+  auto add = [&](const simd::PackedMatrix& m) {
+    bytes += m.blocks ? m.blocks->data.size() : m.bytes();
+  };
   for (const auto& L : packed->layers) {
     add(L.qkv);
     add(L.wo);
@@ -239,6 +270,14 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   // A q8/q4 file computed in f32 with no :load parameters has every matrix packed from its
   // packed form, so its expanded pages can go as soon as they are checked and hashed: loading
   // never holds the f32 copy of the matrices.
+  if (weights->format == format::kGgufFormat) {  // profile lockstep-int8dot-1 (model.json checked the pairing)
+    std::unique_ptr<Impl> impl = load_gguf_weights(resolved.model_dir + "/" + weights->file, d, model_options);
+    impl->source = d.source;
+    impl->source.directory = resolved.model_dir;
+    impl->weight_format = weights->format;
+    impl->eos_token_ids = d.eos_token_ids;
+    return std::shared_ptr<const Model>(new Model(std::move(impl)));
+  }
   const bool give_back = (weights->format == format::kQ8Format || weights->format == format::kQ4Format) &&
                          *model_options.precision == Precision::f32 && d.loaded.empty();
   std::vector<float> params =
@@ -253,6 +292,7 @@ std::shared_ptr<const Model> Model::load(std::string_view path, const LoadOption
   impl->source.trained_weights = trained;
   if (resolved.step && !impl->source.step) impl->source.step = resolved.step;
   impl->weight_format = weights->format;
+  impl->profile = find_profile(d.profile);  // parse_model_json refused any other
   impl->eos_token_ids = d.eos_token_ids;
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
@@ -263,6 +303,7 @@ std::span<const float> Model::parameters() const { return impl_->full_parameters
 const std::string& Model::parameters_sha256() const { return impl_->sha256; }
 Precision Model::precision() const { return impl_->precision; }
 const std::string& Model::weight_format() const { return impl_->weight_format; }
+const char* Model::profile() const { return impl_->profile; }
 const ModelSource& Model::source() const { return impl_->source; }
 std::span<const int32_t> Model::eos_token_ids() const { return impl_->eos_token_ids; }
 Device Model::default_device() const { return impl_->device; }

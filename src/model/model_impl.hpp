@@ -11,6 +11,7 @@
 #include "kernels/simd/kernels.hpp"
 #include "lockstep/kv_pool.hpp"
 #include "lockstep/model.hpp"
+#include "quant/gguf_blocks.hpp"
 #include "quant/q4.hpp"
 #include "quant/q8.hpp"
 
@@ -75,6 +76,7 @@ struct Model::Impl {
   std::string sha256;
   Precision precision = Precision::f32;
   std::string weight_format = "float32";
+  const char* profile = profile_name();  // model.json's (find_profile)
   ModelSource source;
   std::vector<int32_t> eos_token_ids;  // model.json's, each within the vocabulary
   Device device = Device::cpu;
@@ -93,9 +95,13 @@ struct Model::Impl {
   // about one matrix at a time, not both copies whole).
   // `read_sha256`: `params` come from read_weights(give_back_packed), checked and hashed to it
   // there, the pages of their q8/q4 matrices already given back.
+  // `blocks`: an int8dot model's matrices in GGUF blocks (`params` holding them dequantized), which
+  // both devices compute from (the reference from the file's rows, the fast path from their
+  // packed form); the model then computes profile lockstep-int8dot-1, under precision f32 only.
   Impl(const ModelConfig& c, std::vector<float> params, const ModelOptions& options,
        quant::Q8Matrices* q8 = nullptr, quant::Q4Matrices* q4 = nullptr,
-       const std::string* read_sha256 = nullptr);
+       const std::string* read_sha256 = nullptr, std::shared_ptr<const quant::BlockMatrices> blocks = nullptr);
+  std::shared_ptr<const quant::BlockMatrices> blocks;  // null unless the profile is int8dot
 
   const float* matmul_weights() const {
     return precision == Precision::bf16 ? bf16_weights().data() : full_parameters().data();

@@ -3,7 +3,9 @@
 
 #include <initializer_list>
 
+#include "kernels/simd/block_matrix.hpp"
 #include "kernels/simd/dispatch.hpp"
+#include "lockstep/error.hpp"
 
 namespace lockstep {
 
@@ -18,15 +20,22 @@ struct FusedPlan {
   std::vector<simd::MatrixPart> parts;
   std::vector<simd::Q8Part> q8_parts;
   std::vector<simd::Q4Part> q4_parts;
+  std::vector<simd::BlockPart> block_parts;  // an int8dot model's matrices in GGUF blocks
 };
 
 FusedPlan plan_fused(const float* w, const quant::Q8Matrices* q8, const quant::Q4Matrices* q4,
-                     bool bf16, std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
+                     const quant::BlockMatrices* blocks, bool bf16,
+                     std::initializer_list<std::pair<int64_t, int64_t>> offsets, int64_t K) {
   FusedPlan plan;
   plan.K = K;
   for (const auto& [offset, N] : offsets) {
     plan.N += N;
     plan.parts.push_back({w + offset, N});
+    if (blocks) {
+      const auto it = blocks->find(offset);
+      if (it != blocks->end() && it->second.K == K && it->second.N == N)
+        plan.block_parts.push_back({it->second.rows.data(), it->second.type, N});
+    }
     if (q4 && !bf16) {
       const auto it = q4->find(offset);
       if (it != q4->end() && it->second.K == K && it->second.N == N)
@@ -37,6 +46,12 @@ FusedPlan plan_fused(const float* w, const quant::Q8Matrices* q8, const quant::Q
     if (it != q8->end() && it->second.K == K && it->second.N == N)
       plan.q8_parts.push_back({it->second.q.data(), it->second.scale.data(), N});
   }
+  // The profile computes a fused matrix's outputs each by its own matrix's rule, but the kernels
+  // take one form per fused matrix: a mix of blocks and floats is refused (no importer makes one).
+  if (!plan.block_parts.empty() && plan.block_parts.size() != plan.parts.size())
+    throw Error(ErrorKind::unsupported,
+                "a fused matrix ([wq | wk | wv] or [w_gate | w_up]) has some parts in GGUF blocks and some in floats; "
+                "lockstep computes them only all in blocks or all in floats");
   plan.storage = plan.q4_parts.size() == plan.parts.size()   ? simd::PanelStorage::q4
                  : plan.q8_parts.size() == plan.parts.size() ? simd::PanelStorage::q8
                  : bf16                                      ? simd::PanelStorage::bf16
@@ -47,6 +62,15 @@ FusedPlan plan_fused(const float* w, const quant::Q8Matrices* q8, const quant::Q
 simd::PackedMatrix pack_planned(const simd::Kernels& k, const FusedPlan& plan,
                                 simd::WeightArena* arena) {
   const int n = static_cast<int>(plan.parts.size());
+  if (!plan.block_parts.empty()) {
+    simd::PackedMatrix out;
+    out.K = plan.K;
+    out.N = plan.N;
+    out.blocks = std::make_shared<const simd::BlockMatrix>(simd::pack_blocks(plan.block_parts.data(), n, plan.K));
+    out.panel = simd::kBlockGroup;
+    out.panels = out.blocks->groups;
+    return out;
+  }
   switch (plan.storage) {
     case simd::PanelStorage::q4:
       return simd::pack_q4_concat(k, plan.q4_parts.data(), n, plan.K, arena);
@@ -64,7 +88,7 @@ simd::PackedMatrix pack_planned(const simd::Kernels& k, const FusedPlan& plan,
 std::shared_ptr<const PackedWeights> pack_weights(
     const ModelConfig& c, const ParameterRegistry& reg, const float* w, const simd::Kernels* kernels,
     bool bf16, const quant::Q8Matrices* q8, const quant::Q4Matrices* q4,
-    const std::function<void(const simd::PackedMatrix&, PackedParts)>& packed) {
+    const std::function<void(const simd::PackedMatrix&, PackedParts)>& packed, const quant::BlockMatrices* blocks) {
   auto out = std::make_shared<PackedWeights>();
   out->kernels = kernels ? kernels : &simd::best_kernels();
   const simd::Kernels& k = *out->kernels;
@@ -79,7 +103,7 @@ std::shared_ptr<const PackedWeights> pack_weights(
   std::vector<Planned> plans;
   auto plan = [&](simd::PackedMatrix& into, std::initializer_list<std::pair<int64_t, int64_t>> parts,
                   int64_t K) {
-    plans.push_back({&into, parts, plan_fused(w, q8, q4, bf16, parts, K)});
+    plans.push_back({&into, parts, plan_fused(w, q8, q4, blocks, bf16, parts, K)});
   };
   out->layers.resize(static_cast<size_t>(c.n_layers));
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -92,7 +116,8 @@ std::shared_ptr<const PackedWeights> pack_weights(
   }
   plan(out->head, {{reg.head(), c.vocab_size}}, d);
   size_t bytes = 0;
-  for (const Planned& p : plans) bytes += simd::arena_bytes(k, p.plan.storage, p.plan.K, p.plan.N);
+  for (const Planned& p : plans)
+    if (p.plan.block_parts.empty()) bytes += simd::arena_bytes(k, p.plan.storage, p.plan.K, p.plan.N);
   out->arena = std::make_unique<simd::WeightArena>(bytes);
   for (const Planned& p : plans) {
     *p.into = pack_planned(k, p.plan, out->arena.get());

@@ -12,6 +12,7 @@
 #include "kernels/simd/kernels.hpp"
 #include "kernels/simd/weight_arena.hpp"
 #include "lockstep/config.hpp"
+#include "quant/gguf_blocks.hpp"
 #include "quant/q4.hpp"
 #include "quant/q8.hpp"
 
@@ -42,12 +43,15 @@ struct PackedWeights {
 // `packed`, when given, is called after each fused matrix is packed, with the matrix and its
 // parts ({registry offset, columns}, in column order), before the next is read: a caller can give
 // back the parts' f32 pages as it goes, so that packing needs no second full copy of the weights.
+// `blocks`: an int8dot model's matrices in GGUF blocks (by registry offset), kept as blocks
+// (PackedMatrix::blocks) and computed by integer block dot products.
 using PackedParts = std::span<const std::pair<int64_t, int64_t>>;
 std::shared_ptr<const PackedWeights> pack_weights(
     const ModelConfig& config, const ParameterRegistry& registry, const float* weights,
     const simd::Kernels* kernels = nullptr, bool bf16_storage = false,
     const quant::Q8Matrices* q8 = nullptr, const quant::Q4Matrices* q4 = nullptr,
-    const std::function<void(const simd::PackedMatrix&, PackedParts)>& packed = nullptr);
+    const std::function<void(const simd::PackedMatrix&, PackedParts)>& packed = nullptr,
+    const quant::BlockMatrices* blocks = nullptr);
 
 // The kernels a model's weights were packed for (the best supported target when null).
 const simd::Kernels& kernels_for(const PackedWeights* packed);

@@ -24,7 +24,7 @@ TEST(ModelJson, WrittenFileStatesLayoutIoAndParameters) {
   test::write_init_model(tmp / "m", config);
   const nlohmann::json j = nlohmann::json::parse(test::read_file(tmp / "m/model.json"));
   EXPECT_EQ(j.at("format"), "lockstep.model");
-  EXPECT_EQ(j.at("format_version"), 1);
+  EXPECT_EQ(j.at("format_version"), 2);
   EXPECT_EQ(j.at("architecture"), "decoder-lm");
   EXPECT_EQ(j.at("profile"), profile_name());
   EXPECT_EQ(j.at("precision"), "f32");
@@ -201,18 +201,51 @@ class ModelJsonRefusal : public ::testing::Test {
 };
 
 TEST_F(ModelJsonRefusal, UnknownFormatVersionNamesBoth) {
-  ExpectRefused([](ordered_json& j) { j["format_version"] = 2; },
-                {"format_version 2 is not supported; this lockstep reads format_version 1"});
+  ExpectRefused([](ordered_json& j) { j["format_version"] = 3; },
+                {"format_version 3 is not supported; this lockstep reads format_version 1 to 2"});
+  ExpectRefused([](ordered_json& j) { j["format_version"] = 0; }, {"format_version 0 is not supported"});
   ExpectRefused([](ordered_json& j) { j["format_version"] = 18446744073709551615u; },
-                {"format_version 18446744073709551615 is not supported", "reads format_version 1"});
+                {"format_version 18446744073709551615 is not supported", "reads format_version 1 to 2"});
   ExpectRefused([](ordered_json& j) { j["format_version"] = "1"; }, {"format_version is not an integer"});
   ExpectRefused([](ordered_json& j) { j.erase("format_version"); }, {"has no field 'format_version'"});
 }
 
 TEST_F(ModelJsonRefusal, UnknownProfileNamesBoth) {
   ExpectRefused([](ordered_json& j) { j["profile"] = "lockstep-f32-9"; },
-                {"written for arithmetic profile 'lockstep-f32-9', but this lockstep computes '" +
-                 std::string(profile_name()) + "'"});
+                {"written for arithmetic profile 'lockstep-f32-9', which this lockstep does not compute (it computes '" +
+                 std::string(profile_name()) + "' and '" + int8dot_profile_name() + "')"});
+  // Version 1 had one profile.
+  ExpectRefused(
+      [](ordered_json& j) {
+        j["format_version"] = 1;
+        j["profile"] = int8dot_profile_name();
+      },
+      {"written for arithmetic profile 'lockstep-int8dot-1', but format_version 1 models compute 'lockstep-f32-1'"});
+  // docs/FORMAT.md, "Profiles": the int8dot profile goes with a GGUF weights file, precision f32.
+  ExpectRefused([](ordered_json& j) { j["profile"] = int8dot_profile_name(); },
+                {"profile 'lockstep-int8dot-1' does not go with weights.format 'float32'"});
+  ExpectRefused([](ordered_json& j) { j["weights"]["format"] = "gguf"; },
+                {"profile 'lockstep-f32-1' does not go with weights.format 'gguf'"});
+  ExpectRefused(
+      [](ordered_json& j) {
+        j["profile"] = int8dot_profile_name();
+        j["weights"]["format"] = "gguf";
+        j["precision"] = "bf16";
+      },
+      {"profile 'lockstep-int8dot-1' computes under precision f32 only, not 'bf16'"});
+}
+
+// A version-1 model.json (every model written before version 2) still loads, as the f32 profile,
+// with the same parameters; the profile is the model's own.
+TEST_F(ModelJsonRefusal, VersionOneStillLoads) {
+  const std::shared_ptr<const Model> v2 = Model::load(dir_);
+  test::edit_model_json(dir_, [](ordered_json& j) { j["format_version"] = 1; });
+  const std::shared_ptr<const Model> v1 = Model::load(dir_);
+  EXPECT_STREQ(v1->profile(), profile_name());
+  EXPECT_STREQ(v2->profile(), profile_name());
+  EXPECT_EQ(v1->parameters_sha256(), v2->parameters_sha256());
+  EXPECT_EQ(find_profile("lockstep-int8dot-1"), int8dot_profile_name());
+  EXPECT_EQ(find_profile("lockstep-q8_0-1"), nullptr);
 }
 
 TEST_F(ModelJsonRefusal, WrongFormatNameOrArchitecture) {

@@ -27,6 +27,8 @@ using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
 // system gives them (fewer TLB misses when decoding streams every weight once per token).
 AlignedFloats aligned_floats(size_t n);
 
+struct BlockMatrix;  // kernels/simd/block_matrix.hpp
+
 // A matrix B [K, N] repacked for the matmul kernel: panels of `panel` columns, each panel stored
 // k-major ([K][panel], columns past N zero), so the kernel streams one contiguous block.
 //
@@ -53,6 +55,10 @@ struct PackedMatrix {
   bool q8 = false;
   bool q4 = false;
   int64_t groups = 0;    // q4: ceil(K / 32)
+  // An int8dot model's matrix in GGUF blocks (kernels/simd/block_matrix.hpp): computed by
+  // matmul_blocks from quantized activations, never by `matmul`; panel is kBlockGroup and the
+  // panels are its groups, so that the split into items is the same code.
+  std::shared_ptr<const BlockMatrix> blocks;
   AlignedFloats data;
   AlignedFloats scales;  // q8: [panels * panel]; q4: [panels][groups][panel]
   const float* panel_data(int64_t p) const { return data.get() + p * K * panel; }
@@ -114,6 +120,15 @@ struct Kernels {
   // of a^T @ b over rows split in two, run in order, equal the whole (data-parallel training).
   void (*matmul_at_continue)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
                              int64_t p_end, float* c, int64_t ldc, float* scratch) = nullptr;
+  // ref::matmul_blocks_quantized (profile lockstep-int8dot-1) for the columns of groups
+  // [g_begin, g_end) of w: y [M, N] (row stride ldy) from qx [M, K] and dx [M, K / 32], the rows
+  // as ref::quantize_activations quantized them. Columns past N are not written.
+  void (*matmul_blocks)(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                        int64_t g_end, float* y, int64_t ldy) = nullptr;
+  // The same one output at a time with scalar integer sums: the portable kernel, kept in every
+  // table so that tests and benchmarks can compare a target's vector kernel with it.
+  void (*matmul_blocks_scalar)(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                               int64_t g_end, float* y, int64_t ldy) = nullptr;
   int64_t matmul_at_scratch_floats(int64_t M) const {
     return (M + row_block - 1) / row_block * row_block * at_block;
   }

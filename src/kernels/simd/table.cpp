@@ -20,6 +20,7 @@ namespace HWY_NAMESPACE {
 
 // Defined in the op-family files for this target.
 void FillMatmul(Kernels& k);
+void FillMatmulBlocks(Kernels& k);
 void FillNorm(Kernels& k);
 void FillRope(Kernels& k);
 void FillAttention(Kernels& k);
@@ -35,6 +36,7 @@ const Kernels* GetKernels() {
     k.target = HWY_TARGET;
     k.name = HWY_NATIVE_FMA ? hwy::TargetName(HWY_TARGET) : "portable";
     FillMatmul(k);
+    FillMatmulBlocks(k);
     FillNorm(k);
     FillRope(k);
     FillAttention(k);

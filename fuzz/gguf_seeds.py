@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+# Writes the seed corpus of fuzz_gguf (fuzz/corpus/gguf/): GGUF files of a tiny llama (d 32, one
+# layer, 2 heads, d_ff 32, vocab 5) in Q8_0, Q4_0, Q5_0 and F32/F16, a tied one, and one of each
+# refusal. Usage: python3 fuzz/gguf_seeds.py fuzz/corpus/gguf
+import os, random, struct, sys
+
+out = sys.argv[1]
+D, FF, V = 32, 32, 5
+BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 6: (32, 22), 8: (32, 34), 30: (1, 2)}
+
+def s(text):
+    b = text.encode()
+    return struct.pack("<Q", len(b)) + b
+
+def kv_u32(k, v): return s(k) + struct.pack("<II", 4, v)
+def kv_f32(k, v): return s(k) + struct.pack("<If", 6, v)
+def kv_str(k, v): return s(k) + struct.pack("<I", 8) + s(v)
+
+def tensor_bytes(rng, ttype, ne):
+    per, size = BLOCK.get(ttype, (1, 4))
+    n = ne[0] // per * size
+    for d in ne[1:]: n *= d
+    data = bytearray(rng.getrandbits(8) for _ in range(n))
+    if ttype in (2, 6, 8):  # a finite f16 scale per block
+        for at in range(0, n, size): data[at:at + 2] = struct.pack("<e", rng.uniform(-0.05, 0.05))
+    elif ttype == 0:
+        data = bytearray(struct.pack(f"<{n // 4}f", *[rng.uniform(-1, 1) for _ in range(n // 4)]))
+    elif ttype in (1, 30):
+        data = bytearray(struct.pack(f"<{n // 2}e", *[rng.uniform(-1, 1) for _ in range(n // 2)]))
+    return bytes(data)
+
+def model(mtype, tied=False, mutate=None, version=3):
+    rng = random.Random(1)
+    kvs = [kv_str("general.architecture", "llama"), kv_u32("general.alignment", 32), kv_u32("llama.context_length", 8),
+           kv_u32("llama.embedding_length", D), kv_u32("llama.block_count", 1), kv_u32("llama.feed_forward_length", FF),
+           kv_u32("llama.attention.head_count", 2), kv_u32("llama.attention.head_count_kv", 1),
+           kv_f32("llama.rope.freq_base", 10000.0), kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)]
+    ts = [("token_embd.weight", mtype, [D, V]), ("blk.0.attn_norm.weight", 0, [D]), ("blk.0.attn_q.weight", mtype, [D, D]),
+          ("blk.0.attn_k.weight", mtype, [D, 16]), ("blk.0.attn_v.weight", mtype, [D, 16]),
+          ("blk.0.attn_output.weight", mtype, [D, D]), ("blk.0.ffn_norm.weight", 0, [D]),
+          ("blk.0.ffn_gate.weight", mtype, [D, FF]), ("blk.0.ffn_up.weight", mtype, [D, FF]),
+          ("blk.0.ffn_down.weight", mtype, [FF, D]), ("output_norm.weight", 0, [D])]
+    if not tied: ts.append(("output.weight", mtype, [D, V]))
+    ts = [(n, t, ne, tensor_bytes(rng, t, ne)) for n, t, ne in ts]
+    if mutate: ts = mutate(ts)
+    head = b"GGUF" + struct.pack("<IQQ", version, len(ts), len(kvs)) + b"".join(kvs)
+    infos, offset, offsets = b"", 0, []
+    for n, t, ne, data in ts:
+        infos += s(n) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne) + struct.pack("<IQ", t, offset)
+        offsets.append(offset)
+        offset = (offset + len(data) + 31) // 32 * 32
+    body = head + infos
+    body += b"\0" * (-len(body) % 32)
+    data = bytearray()
+    for (n, t, ne, d), o in zip(ts, offsets):
+        data += b"\0" * (o - len(data)) + d
+    return body + bytes(data)
+
+os.makedirs(out, exist_ok=True)
+seeds = {
+    "q8_0.gguf": model(8), "q4_0.gguf": model(2), "q5_0.gguf": model(6), "f32.gguf": model(0), "f16.gguf": model(1),
+    "bf16.gguf": model(30), "q8_0_tied.gguf": model(8, tied=True), "version2.gguf": model(2, version=2),
+    "q4_k.gguf": model(8, mutate=lambda ts: [(n, 12 if "ffn_up" in n else t, ne, d) for n, t, ne, d in ts]),
+    "missing.gguf": model(8, mutate=lambda ts: ts[:-2]),
+}
+seeds["truncated.gguf"] = seeds["q8_0.gguf"][:-7]
+for name, data in seeds.items():
+    with open(os.path.join(out, name), "wb") as f: f.write(data)

@@ -1,0 +1,209 @@
+// GGUF `llama` files as lockstep models (gguf_model.hpp). The names and shapes, in ggml's order
+// (ne[0] contiguous; a matrix holds one row of ne[0] inputs per output):
+//   token_embd.weight {d, vocab}    -> embed [vocab, d], row t token t, as it is
+//   blk.i.attn_norm.weight {d}      -> layers.i.attn_norm       (ffn_norm -> mlp_norm)
+//   blk.i.attn_q.weight {d, q_dim}  -> layers.i.wq [d, q_dim]   (attn_k, attn_v, attn_output,
+//                                      ffn_gate, ffn_up, ffn_down likewise), transposed
+//   output_norm.weight {d}          -> final_norm
+//   output.weight {d, vocab}        -> head [d, vocab]; absent: token_embd's rows (tied)
+// llama.cpp's converter has already permuted the query and key rows into adjacent RoPE pairs,
+// which is lockstep's layout (docs/FORMAT.md, "GGUF export", "RoPE"), so they are used as they are.
+#include "format/gguf_model.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <map>
+#include <cstring>
+
+#include "core/half.hpp"
+#include "core/sha256.hpp"
+#include "format/atomic_write.hpp"
+#include "format/format_error.hpp"
+#include "format/model_json.hpp"
+#include "lockstep/format.hpp"
+
+namespace lockstep::format {
+namespace {
+
+const GgufValue& need_key(const GgufFile& f, const std::string& key, const std::string& what) {
+  const GgufValue* v = f.find(key);
+  if (!v) refuse(what, "has no key '" + key + "'");
+  return *v;
+}
+
+int32_t int_key(const GgufFile& f, const std::string& key, const std::string& what, std::optional<int32_t> fallback = {}) {
+  const GgufValue* v = f.find(key);
+  if (!v) {
+    if (fallback) return *fallback;
+    refuse(what, "has no key '" + key + "'");
+  }
+  if (!v->is_integer() || v->i64 < 0 || v->i64 > INT32_MAX)
+    refuse(what, "key '" + key + "' is not a non-negative integer within int32");
+  return static_cast<int32_t>(v->i64);
+}
+
+float float_key(const GgufFile& f, const std::string& key, const std::string& what, float fallback) {
+  const GgufValue* v = f.find(key);
+  if (!v) return fallback;
+  if (v->type != 6 && v->type != 12) refuse(what, "key '" + key + "' is not a float");
+  return static_cast<float>(v->number);
+}
+
+// Tensor `name`'s values as f32, element i of its data in order (F32, F16, BF16), each finite.
+std::vector<float> widen(const GgufTensor& t, const std::string& what) {
+  uint64_t count = 1;
+  for (uint64_t n : t.ne) count *= n;
+  std::vector<float> out(static_cast<size_t>(count));
+  for (uint64_t i = 0; i < count; ++i) {
+    float v;
+    if (t.type == 0) {
+      std::memcpy(&v, t.data + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      v = t.type == 1 ? f32_from_f16_bits(h) : f32_from_bf16_bits(h);
+    }
+    if (!std::isfinite(v))
+      refuse(what, "tensor '" + t.name + "' holds a non-finite value at element " + std::to_string(i));
+    out[static_cast<size_t>(i)] = v;
+  }
+  return out;
+}
+
+}  // namespace
+
+GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length) {
+  const GgufValue& arch = need_key(f, "general.architecture", what);
+  if (arch.type != 8 || arch.text != "llama")
+    refuse(what, "general.architecture is " + (arch.type == 8 ? "'" + arch.text + "'" : std::string("not a string")) +
+                     "; lockstep imports 'llama'");
+  GgufModel out;
+  ModelConfig& c = out.config;
+  c.d_model = int_key(f, "llama.embedding_length", what);
+  c.n_layers = int_key(f, "llama.block_count", what);
+  c.d_ff = int_key(f, "llama.feed_forward_length", what);
+  c.n_heads = int_key(f, "llama.attention.head_count", what);
+  c.n_kv_heads = int_key(f, "llama.attention.head_count_kv", what, c.n_heads);
+  c.norm_eps = float_key(f, "llama.attention.layer_norm_rms_epsilon", what, 1e-5f);
+  c.rope_theta = float_key(f, "llama.rope.freq_base", what, 10000.0f);
+  c.batch = 1;
+  const int32_t context = int_key(f, "llama.context_length", what);
+  if (!length && context > 65536)
+    refuse(what, "llama.context_length " + std::to_string(context) + " is past lockstep's 65536; give --length");
+  c.length = length ? *length : context;
+  if (c.n_heads > 0 && c.d_model % c.n_heads == 0) {
+    const int32_t rope_dims = int_key(f, "llama.rope.dimension_count", what, c.d_model / c.n_heads);
+    if (rope_dims != c.d_model / c.n_heads)
+      refuse(what, "llama.rope.dimension_count " + std::to_string(rope_dims) + " is not the head dimension " +
+                       std::to_string(c.d_model / c.n_heads) + " (partial RoPE is not supported)");
+  }
+  if (const GgufValue* s = f.find("llama.rope.scaling.type"); s && !(s->type == 8 && s->text == "none"))
+    refuse(what, "llama.rope.scaling.type is set; lockstep imports GGUF files without RoPE scaling");
+  if (const GgufValue* v = f.find("llama.expert_count"); v && v->i64 > 0)
+    refuse(what, "llama.expert_count is set: mixture-of-experts models are not supported");
+  const GgufTensor* embd = nullptr;
+  for (const GgufTensor& t : f.tensors)
+    if (t.name == "token_embd.weight") embd = &t;
+  if (!embd) refuse(what, "has no tensor 'token_embd.weight'");
+  if (embd->ne.size() != 2) refuse(what, "tensor 'token_embd.weight' is not a matrix");
+  c.vocab_size = int_key(f, "llama.vocab_size", what, static_cast<int32_t>(std::min<uint64_t>(embd->ne[1], INT32_MAX)));
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    refuse(what, std::string("the configuration its keys give is not one lockstep runs: ") + e.what());
+  }
+  const ParameterRegistry reg(c);
+  out.parameters.assign(static_cast<size_t>(reg.total()), 0.0f);
+
+  // Each registry parameter and the GGUF tensor it comes from.
+  struct Target {
+    int64_t offset;
+    std::vector<uint64_t> ne;  // expected, ggml order
+    bool matrix, embedding;
+  };
+  std::map<std::string, Target> targets;
+  const uint64_t d = static_cast<uint64_t>(c.d_model), V = static_cast<uint64_t>(c.vocab_size);
+  const uint64_t q = static_cast<uint64_t>(c.q_dim()), kv = static_cast<uint64_t>(c.kv_dim()), ff = static_cast<uint64_t>(c.d_ff);
+  targets["token_embd.weight"] = {reg.embed(), {d, V}, true, true};
+  targets["output_norm.weight"] = {reg.final_norm(), {d}, false, false};
+  targets["output.weight"] = {reg.head(), {d, V}, true, false};
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const auto& L = reg.layer(l);
+    const std::string b = "blk." + std::to_string(l) + ".";
+    targets[b + "attn_norm.weight"] = {L.attn_norm, {d}, false, false};
+    targets[b + "attn_q.weight"] = {L.wq, {d, q}, true, false};
+    targets[b + "attn_k.weight"] = {L.wk, {d, kv}, true, false};
+    targets[b + "attn_v.weight"] = {L.wv, {d, kv}, true, false};
+    targets[b + "attn_output.weight"] = {L.wo, {q, d}, true, false};
+    targets[b + "ffn_norm.weight"] = {L.mlp_norm, {d}, false, false};
+    targets[b + "ffn_gate.weight"] = {L.w_gate, {d, ff}, true, false};
+    targets[b + "ffn_up.weight"] = {L.w_up, {d, ff}, true, false};
+    targets[b + "ffn_down.weight"] = {L.w_down, {ff, d}, true, false};
+  }
+  auto shape_text = [](const std::vector<uint64_t>& ne) {
+    std::string s = "{";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "}";
+  };
+  std::map<std::string, bool> seen;
+  auto place = [&](const GgufTensor& t, const Target& to) {
+    if (t.ne != to.ne)
+      refuse(what, "tensor '" + t.name + "' has ne " + shape_text(t.ne) + ", expected " + shape_text(to.ne) +
+                       " for the configuration its keys give");
+    float* dst = out.parameters.data() + to.offset;
+    const int64_t K = static_cast<int64_t>(t.ne[0]), N = to.matrix ? static_cast<int64_t>(t.ne[1]) : 1;
+    if (const auto type = quant::block_type_of(t.type)) {
+      if (!to.matrix) refuse(what, "tensor '" + t.name + "' is a vector in " + ggml_type_name(t.type) + "; lockstep reads vectors as F32, F16 or BF16");
+      quant::BlockRows rows{*type, K, N, std::vector<uint8_t>(t.data, t.data + t.bytes)};
+      const int64_t bytes = quant::block_bytes(*type);
+      for (int64_t b = 0; b < static_cast<int64_t>(t.bytes) / bytes; ++b)
+        if (!std::isfinite(quant::block_scale(rows.rows.data() + b * bytes)))
+          refuse(what, "tensor '" + t.name + "' block " + std::to_string(b) + " has a non-finite scale");
+      quant::dequantize_rows(rows, dst, !to.embedding);
+      out.blocks.emplace(to.offset, std::move(rows));
+      return;
+    }
+    const std::vector<float> v = widen(t, what);
+    if (!to.matrix || to.embedding) {
+      std::copy(v.begin(), v.end(), dst);
+    } else {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) dst[k * N + n] = v[static_cast<size_t>(n * K + k)];
+    }
+  };
+  for (const GgufTensor& t : f.tensors) {
+    const auto it = targets.find(t.name);
+    if (it == targets.end())
+      refuse(what, "tensor '" + t.name + "' is not one of a llama model lockstep imports" +
+                       (t.name == "rope_freqs.weight" ? std::string(" (RoPE frequency factors: Llama 3 scaling)") : ""));
+    place(t, it->second);
+    seen[t.name] = true;
+  }
+  for (const auto& [name, to] : targets) {
+    if (seen.count(name)) continue;
+    if (name != "output.weight") refuse(what, "has no tensor '" + name + "'");
+    place(*embd, to);  // tied: the head is the embedding's rows, one row per output already
+  }
+  if (const GgufValue* m = f.find("tokenizer.ggml.model"); m && m->type == 8) out.vocabulary = m->text;
+  if (const GgufValue* e = f.find("tokenizer.ggml.eos_token_id"); e && e->is_integer() && e->i64 >= 0 && e->i64 < c.vocab_size)
+    out.eos_token_ids.push_back(static_cast<int32_t>(e->i64));
+  return out;
+}
+
+void write_gguf_model_directory(const std::string& dir, const ModelConfig& config, std::span<const uint8_t> gguf,
+                                const std::vector<int32_t>& eos_token_ids) {
+  config.validate();
+  if (path_exists(dir)) throw Error(ErrorKind::invalid_argument, "'" + dir + "' already exists; lockstep will not overwrite it");
+  AtomicDirectory out(dir);
+  write_file_synced(out.file(kGgufWeightsFile), std::string_view(reinterpret_cast<const char*>(gguf.data()), gguf.size()));
+  ModelDescription d;
+  d.config = config;
+  d.profile = int8dot_profile_name();
+  d.weights = {kGgufWeightsFile, kGgufFormat, sha256_hex(gguf.data(), gguf.size())};
+  d.eos_token_ids = eos_token_ids;
+  write_file_synced(out.file("model.json"), render_model_json(d));
+  out.commit();
+}
+
+}  // namespace lockstep::format

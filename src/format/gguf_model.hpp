@@ -1,0 +1,39 @@
+// A GGUF file of llama.cpp's `llama` architecture read as a lockstep model (docs/FORMAT.md, "GGUF
+// import"): the configuration from its keys, every tensor mapped to a registry parameter, F32,
+// F16 and BF16 widened exactly to f32, and Q8_0, Q4_0 and Q5_0 matrices kept as the file's
+// blocks (and dequantized exactly beside them, for what reads f32 parameters: the embedding
+// lookup, the reference device's copy, parameters()). Read by `lockstep import gguf` and by the
+// loader of a model whose weights file is a GGUF file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/gguf_read.hpp"
+#include "lockstep/config.hpp"
+#include "quant/gguf_blocks.hpp"
+
+namespace lockstep::format {
+
+struct GgufModel {
+  ModelConfig config;
+  std::vector<float> parameters;  // registry order, f32 (blocks dequantized: w = dw * float(q))
+  quant::BlockMatrices blocks;    // the matrices (embedding included) the file holds in blocks
+  std::vector<int32_t> eos_token_ids;  // tokenizer.ggml.eos_token_id, when within the vocabulary
+  std::string vocabulary;              // tokenizer.ggml.model ("llama", "gpt2", ...; "" if none)
+};
+
+// `length`: the window (default: llama.context_length, which must then be at most 65536).
+// Each refusal is an Error(format) starting with `what`, naming the key or tensor and the problem.
+GgufModel read_gguf_llama(const GgufFile& file, const std::string& what, std::optional<int32_t> length = std::nullopt);
+
+// Writes a model directory of profile lockstep-int8dot-1 at `dir` (which must not exist; it
+// appears whole or not at all): `gguf`'s bytes as DIR/model.gguf, and model.json naming it with
+// weights.format "gguf" and parameters_sha256 the SHA-256 of the file's bytes.
+void write_gguf_model_directory(const std::string& dir, const ModelConfig& config, std::span<const uint8_t> gguf,
+                                const std::vector<int32_t>& eos_token_ids);
+
+}  // namespace lockstep::format

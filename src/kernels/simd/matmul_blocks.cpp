@@ -1,0 +1,246 @@
+// The integer matmul of the profile lockstep-int8dot-1 (ref::matmul_blocks_quantized's twin):
+// y [M, N] from activations quantized per block of 32 (qx, dx: ref::quantize_activations) and a
+// BlockMatrix. A group's kBlockGroup outputs sit in the lanes of one f32 accumulator vector; for
+// each block b in increasing order the kernel forms every output's integer block sum in its lane
+// (exact: any lane split and any order of integer adds give the same int32), converts it (exact),
+// and runs acc = fma(float(isum), dw * dx, acc): one chain per output in block order, as the
+// reference. Rows go in tiles of up to kBlockRows sharing each group's weight loads (prefill);
+// one row (decoding) is a tile of one. Threads split the groups.
+//
+// Highway 1.0.3 has no int8 dot product, so x86 uses AVX2 intrinsics inside Highway's per-target
+// code (AVX2 and AVX-512 targets), and on the AVX-512 targets AVX-512 VNNI's vpdpbusd where the
+// CPU has it; every other target (NEON, SVE, the portable baseline) runs the scalar loops, which
+// compute the same integers (Arm's sdot is not used yet).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/matmul_blocks.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/ref/blocks.hpp"
+#include "kernels/ref/math.hpp"
+#include "kernels/simd/block_matrix.hpp"
+#include "kernels/simd/kernels.hpp"
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace lockstep::simd {
+namespace HWY_NAMESPACE {
+
+using quant::kBlockValues;
+
+// Outputs of groups [g_begin, g_end) one at a time with scalar integer sums: the portable kernel,
+// and every table's `matmul_blocks_scalar` (the same chain, the same integers).
+void MatmulBlocksScalar(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                        int64_t g_end, float* y, int64_t ldy) {
+  const int64_t B = w.blocks, K = w.K;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    const int cols = static_cast<int>(std::min<int64_t>(kBlockGroup, w.N - g * kBlockGroup));
+    for (int64_t m = 0; m < M; ++m) {
+      for (int j = 0; j < cols; ++j) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < B; ++b) {
+          const int8_t* x = qx + m * K + b * kBlockValues;
+          int32_t isum = 0;
+          for (int k = 0; k < kBlockValues; ++k) isum += w.value(g, b, j, k) * x[k];
+          const float s = w.scale(g, b, j) * dx[m * B + b];
+          acc = ref::fma_f32(static_cast<float>(isum), s, acc);
+        }
+        y[m * ldy + g * kBlockGroup + j] = acc;
+      }
+    }
+  }
+}
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+
+constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
+
+// Quad-interleaved vector v of block (g, b) as signed int8: stored, or the nibbles of chunk v / 2
+// (low for even v, high for odd) less 8.
+HWY_INLINE __m256i LoadQuads(const BlockMatrix& w, const uint8_t* block, int v) {
+  if (!w.nibbles) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + v * 32));
+  const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + (v / 2) * 32));
+  const __m256i nibbles = v % 2 == 0 ? chunk : _mm256_srli_epi16(chunk, 4);
+  return _mm256_sub_epi8(_mm256_and_si256(nibbles, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+}
+
+// Stores the 8 outputs of a group (only the first `cols`).
+HWY_INLINE void StoreGroup(float* out, __m256 acc, int64_t cols) {
+  if (cols == kBlockGroup) {
+    _mm256_storeu_ps(out, acc);
+    return;
+  }
+  alignas(32) float lanes[kBlockGroup];
+  _mm256_store_ps(lanes, acc);
+  std::memcpy(out, lanes, static_cast<size_t>(cols) * sizeof(float));
+}
+
+// The step of block b for rows [m0, m0 + R): s = dw * dx (one rounding), acc = fma(float(isum), s,
+// acc) (the conversion exact, |isum| < 2^24).
+template <int R>
+HWY_INLINE void ChainStep(const __m256i* isum, const BlockMatrix& w, int64_t g, int64_t b, const float* dx, int64_t m0,
+                          __m256* acc) {
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_at(g, b))));  // exact
+  for (int r = 0; r < R; ++r) {
+    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * w.blocks + b]));
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);
+  }
+}
+
+template <int R>
+HWY_INLINE void StoreRows(const __m256* acc, const BlockMatrix& w, int64_t g, int64_t m0, float* y, int64_t ldy) {
+  const int64_t col0 = g * kBlockGroup, cols = std::min<int64_t>(kBlockGroup, w.N - col0);
+  for (int r = 0; r < R; ++r) StoreGroup(y + (m0 + r) * ldy + col0, acc[r], cols);
+}
+
+// Activation quad v of block b of row m, broadcast to every lane.
+HWY_INLINE __m256i Quad(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
+  int32_t quad;
+  std::memcpy(&quad, qx + m * K + b * kBlockValues + v * 4, 4);
+  return _mm256_set1_epi32(quad);
+}
+
+// Rows [m0, m0 + R) of group g. For each block and each quad v, lane j of the int32 sum gets
+// output j's four products with the broadcast activation quad: maddubs multiplies an unsigned byte
+// by a signed one and adds pairs with int16 saturation, so it gets |w| (128 for -128, exact as
+// unsigned) and x with w's sign (|x| <= 127, so negating never overflows), whose pair sums stay
+// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32: after the 8 quads lane
+// j holds isum[j] exactly.
+template <int R>
+HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
+                          int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v) {
+      const __m256i wv = LoadQuads(w, block, v);
+      const __m256i aw = _mm256_abs_epi8(wv);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv)), ones);
+        isum[r] = _mm256_add_epi32(isum[r], p);
+      }
+    }
+    ChainStep<R>(isum, w, g, b, dx, m0, acc);
+  }
+  StoreRows<R>(acc, w, g, m0, y, ldy);
+}
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr bool kHasVnni = true;
+// AVX-512 VNNI's vpdpbusd (on 256-bit vectors) adds four u8 x s8 products into each int32 lane
+// without saturating. int8 weights: it gets |w| (unsigned; 128 for -128) and x with w's sign, the
+// maddubs kernel's products in one instruction. Q4_0's nibbles are unsigned already (w + 8): it
+// gets them as they are and x, so each lane holds isum + 8 * sum(x), and `xsum` (the block's sum of
+// x, per row) takes 8 * sum(x) back off. Integers throughout: the same isum. Used where the CPU has
+// the instruction (checked when the table is filled); the tests compare its bits with the others'.
+template <int R>
+__attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const int8_t* qx, const float* dx, int64_t m0,
+                                                                          const BlockMatrix& w, int64_t g, float* y,
+                                                                          int64_t ldy, const int32_t* xsum) {
+  const __m256i low = _mm256_set1_epi8(15);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    if (w.nibbles) {
+      for (int c = 0; c < 4; ++c) {
+        const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * 32));
+        const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+        for (int r = 0; r < R; ++r) {
+          isum[r] = _mm256_dpbusd_epi32(isum[r], even, Quad(qx, w.K, m0 + r, b, 2 * c));
+          isum[r] = _mm256_dpbusd_epi32(isum[r], odd, Quad(qx, w.K, m0 + r, b, 2 * c + 1));
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        isum[r] = _mm256_sub_epi32(isum[r], _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+    } else {
+      for (int v = 0; v < 8; ++v) {
+        const __m256i wv = LoadQuads(w, block, v);
+        const __m256i aw = _mm256_abs_epi8(wv);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_dpbusd_epi32(isum[r], aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv));
+      }
+    }
+    ChainStep<R>(isum, w, g, b, dx, m0, acc);
+  }
+  StoreRows<R>(acc, w, g, m0, y, ldy);
+}
+#else
+constexpr bool kHasVnni = false;
+template <int R>
+void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*) {}
+#endif
+
+// Groups [g_begin, g_end), rows in tiles of kBlockRows and a last smaller one.
+template <bool kVnni>
+void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                    float* y, int64_t ldy) {
+  // VNNI over nibbles: each row's block sums of x (integers), once per call.
+  thread_local std::vector<int32_t> xsum;
+  if (kVnni && w.nibbles) {
+    xsum.assign(static_cast<size_t>(M * w.blocks), 0);
+    for (int64_t i = 0; i < M * w.K; ++i) xsum[static_cast<size_t>(i / kBlockValues)] += qx[i];
+  }
+  auto tile = [&]<int R>(int64_t m, int64_t g) {
+    if constexpr (kVnni) {
+      GroupRowsVnni<R>(qx, dx, m, w, g, y, ldy, xsum.data());
+    } else {
+      GroupRows<R>(qx, dx, m, w, g, y, ldy);
+    }
+  };
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    int64_t m = 0;
+    for (; m + kBlockRows <= M; m += kBlockRows) tile.template operator()<kBlockRows>(m, g);
+    switch (M - m) {
+      case 3: tile.template operator()<3>(m, g); break;
+      case 2: tile.template operator()<2>(m, g); break;
+      case 1: tile.template operator()<1>(m, g); break;
+      default: break;
+    }
+  }
+}
+
+void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                  float* y, int64_t ldy) {
+  MatmulBlocksOf<false>(qx, dx, M, w, g_begin, g_end, y, ldy);
+}
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+void MatmulBlocksVnni(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                      int64_t g_end, float* y, int64_t ldy) {
+  MatmulBlocksOf<kHasVnni>(qx, dx, M, w, g_begin, g_end, y, ldy);
+}
+#endif
+
+#else  // no integer dot product written for this target yet: the scalar loops
+
+void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                  float* y, int64_t ldy) {
+  MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);
+}
+
+#endif
+
+void FillMatmulBlocks(Kernels& k) {
+  k.matmul_blocks = &MatmulBlocks;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (__builtin_cpu_supports("avx512vnni")) k.matmul_blocks = &MatmulBlocksVnni;
+#endif
+  k.matmul_blocks_scalar = &MatmulBlocksScalar;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lockstep::simd
+HWY_AFTER_NAMESPACE();

@@ -1,0 +1,61 @@
+#include "quant/gguf_blocks.hpp"
+
+namespace lockstep::quant {
+
+const char* block_type_name(BlockType type) noexcept {
+  switch (type) {
+    case BlockType::q8_0: return "Q8_0";
+    case BlockType::q4_0: return "Q4_0";
+    case BlockType::q5_0: return "Q5_0";
+  }
+  return "?";
+}
+
+std::optional<BlockType> block_type_of(uint32_t ggml_type) noexcept {
+  for (BlockType t : {BlockType::q4_0, BlockType::q5_0, BlockType::q8_0})
+    if (static_cast<uint32_t>(t) == ggml_type) return t;
+  return std::nullopt;
+}
+
+void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValues]) {
+  const uint8_t* q = block + 2;
+  switch (type) {
+    case BlockType::q8_0:
+      for (int j = 0; j < kBlockValues; ++j) values[j] = static_cast<int8_t>(q[j]);
+      return;
+    case BlockType::q4_0:
+      for (int j = 0; j < 16; ++j) {
+        values[j] = static_cast<int8_t>((q[j] & 15) - 8);
+        values[j + 16] = static_cast<int8_t>((q[j] >> 4) - 8);
+      }
+      return;
+    case BlockType::q5_0: {
+      const uint32_t qh = static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 8) |
+                          (static_cast<uint32_t>(q[2]) << 16) | (static_cast<uint32_t>(q[3]) << 24);
+      const uint8_t* qs = q + 4;
+      for (int j = 0; j < 16; ++j) {
+        values[j] = static_cast<int8_t>(((qs[j] & 15) | (((qh >> j) & 1u) << 4)) - 16);
+        values[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16);
+      }
+      return;
+    }
+  }
+}
+
+void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
+  const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
+  int8_t values[kBlockValues];
+  for (int64_t n = 0; n < m.N; ++n) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = m.rows.data() + (n * blocks + b) * bytes;
+      block_values(m.type, block, values);
+      const float d = block_scale(block);
+      for (int j = 0; j < kBlockValues; ++j) {
+        const int64_t k = b * kBlockValues + j;
+        out[transpose ? k * m.N + n : n * m.K + k] = d * static_cast<float>(values[j]);
+      }
+    }
+  }
+}
+
+}  // namespace lockstep::quant

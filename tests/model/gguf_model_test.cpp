@@ -1,0 +1,592 @@
+// Models of the profile lockstep-int8dot-1 (docs/ARITHMETIC.md) imported from GGUF files that a
+// writer of this test's own writes from the specification (ggml's docs/gguf.md: little-endian
+// header "GGUF", version, tensor and key-value counts; typed key-value pairs; tensor infos of
+// name, dimensions, ne, type and offset; the data aligned), with Q8_0, Q4_0 and Q5_0 blocks made
+// by this test's own quantizers:
+// - the blocks are kept bit for bit (the model directory's copy, and what the kernels read);
+// - the fast path equals the reference with memcmp on every target, thread counts 1, 2, 3 and 7,
+//   ragged batches, sessions stepped alone and together, and the prefix cache;
+// - the logits are within what the activations' quantization implies of a float64 forward pass
+//   over the dequantized weights;
+// - bad files are refused naming what is wrong, and nothing is written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "format/gguf_read.hpp"
+#include "format/half.hpp"
+#include "kernels/ref/ops.hpp"
+#include "lockstep/interop.hpp"
+#include "lockstep/model.hpp"
+#include "lockstep/prefix_cache.hpp"
+#include "lockstep/session.hpp"
+#include "model/model_impl.hpp"
+#include "support/test_util.hpp"
+
+namespace lockstep {
+namespace {
+
+// ---- a GGUF writer of the test's own ----
+
+enum : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12 };
+
+template <typename T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+void put_str(std::string& out, const std::string& s) {
+  put<uint64_t>(out, s.size());
+  out += s;
+}
+
+struct TestTensor {
+  std::string name;
+  std::vector<uint64_t> ne;
+  uint32_t type;
+  std::string data;
+};
+
+struct TestGguf {
+  uint32_t version = 3;
+  std::string kv;
+  uint64_t n_kv = 0;
+  std::vector<TestTensor> tensors;
+  std::map<std::string, uint64_t> offset_override;  // a tensor's offset, as a bad file states it
+
+  void u32(const std::string& key, uint32_t v) { put_str(kv, key), put<uint32_t>(kv, 4), put(kv, v), ++n_kv; }
+  void f32(const std::string& key, float v) { put_str(kv, key), put<uint32_t>(kv, 6), put(kv, v), ++n_kv; }
+  void str(const std::string& key, const std::string& v) { put_str(kv, key), put<uint32_t>(kv, 8), put_str(kv, v), ++n_kv; }
+  void strings(const std::string& key, const std::vector<std::string>& v) {
+    put_str(kv, key), put<uint32_t>(kv, 9), put<uint32_t>(kv, 8), put<uint64_t>(kv, v.size());
+    for (const std::string& s : v) put_str(kv, s);
+    ++n_kv;
+  }
+  std::string bytes() const {
+    std::string out = "GGUF";
+    put(out, version);
+    put<uint64_t>(out, tensors.size());
+    put<uint64_t>(out, n_kv);
+    out += kv;
+    uint64_t offset = 0;
+    std::vector<uint64_t> offsets;
+    for (const TestTensor& t : tensors) {
+      put_str(out, t.name);
+      put<uint32_t>(out, static_cast<uint32_t>(t.ne.size()));
+      for (uint64_t n : t.ne) put(out, n);
+      put(out, t.type);
+      const auto o = offset_override.find(t.name);
+      put<uint64_t>(out, o != offset_override.end() ? o->second : offset);
+      offsets.push_back(offset);
+      offset = (offset + t.data.size() + 31) / 32 * 32;
+    }
+    out.resize((out.size() + 31) / 32 * 32, '\0');
+    const size_t data = out.size();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      out.resize(data + offsets[i], '\0');
+      out += tensors[i].data;
+    }
+    return out;
+  }
+};
+
+// ---- the test's own quantizers (ggml's rules: Q8_0 d = amax / 127; Q4_0 and Q5_0 d = the
+// signed value of largest magnitude / -8 or / -16, q = x / d + 8 or + 16 clamped) ----
+
+uint16_t f16(float v) { return format::f16_bits_from_f32(v); }
+
+std::string quantize_row(uint32_t type, const float* x, int64_t K) {
+  std::string out;
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const float* v = x + b * 32;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(v[j]) > amax) amax = std::fabs(v[j]), max = v[j];
+    if (type == kQ8_0) {
+      const float d = amax / 127;
+      put(out, f16(d));
+      for (int j = 0; j < 32; ++j) put<int8_t>(out, static_cast<int8_t>(d == 0 ? 0 : std::lround(v[j] / d)));
+      continue;
+    }
+    const int levels = type == kQ4_0 ? 8 : 16;
+    const float d = max / static_cast<float>(-levels), id = d == 0 ? 0 : 1 / d;
+    put(out, f16(d));
+    int q[32];
+    for (int j = 0; j < 32; ++j) q[j] = std::clamp(static_cast<int>(v[j] * id + static_cast<float>(levels) + 0.5f), 0, 2 * levels - 1);
+    if (type == kQ5_0) {
+      uint32_t qh = 0;
+      for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+      put(out, qh);
+    }
+    for (int j = 0; j < 16; ++j) put<uint8_t>(out, static_cast<uint8_t>((q[j] & 15) | ((q[j + 16] & 15) << 4)));
+  }
+  return out;
+}
+
+// w [N, K] (one row per output, GGUF's order) as tensor data of `type`.
+std::string tensor_data(uint32_t type, const std::vector<float>& w, int64_t K, int64_t N) {
+  std::string out;
+  for (int64_t n = 0; n < N; ++n) {
+    if (type == kF32) {
+      for (int64_t k = 0; k < K; ++k) put(out, w[static_cast<size_t>(n * K + k)]);
+    } else if (type == kF16) {
+      for (int64_t k = 0; k < K; ++k) put(out, f16(w[static_cast<size_t>(n * K + k)]));
+    } else {
+      out += quantize_row(type, w.data() + n * K, K);
+    }
+  }
+  return out;
+}
+
+// The values a tensor's data stands for, [N, K], in float64 (d * q, from the bytes).
+std::vector<double> dequantized(uint32_t type, const std::string& data, int64_t K, int64_t N) {
+  std::vector<double> out(static_cast<size_t>(N * K));
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  if (type == kF32) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      out[i] = f;
+    }
+    return out;
+  }
+  const int64_t bytes = type == kQ8_0 ? 34 : type == kQ4_0 ? 18 : 22;
+  for (int64_t blk = 0; blk < N * K / 32; ++blk) {
+    const uint8_t* b = p + blk * bytes;
+    const double d = format::f32_from_f16_bits(static_cast<uint16_t>(b[0] | b[1] << 8));
+    for (int j = 0; j < 32; ++j) {
+      int q;
+      if (type == kQ8_0) {
+        q = static_cast<int8_t>(b[2 + j]);
+      } else if (type == kQ4_0) {
+        q = (j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4) - 8;
+      } else {
+        uint32_t qh;
+        std::memcpy(&qh, b + 2, 4);
+        q = ((j < 16 ? b[6 + j] & 15 : b[6 + j - 16] >> 4) | static_cast<int>((qh >> j) & 1) << 4) - 16;
+      }
+      out[static_cast<size_t>(blk * 32 + j)] = d * q;
+    }
+  }
+  return out;
+}
+
+// A small llama model: d 64, 2 layers, 4 heads (2 key/value heads), d_ff 96, vocab 67, window
+// 24; the matrices in a mix of the three block types (the fused [wq | wk | wv] all Q4_0, so it
+// keeps its nibbles; [w_gate | w_up] Q8_0; wo and w_down Q5_0; the embedding Q8_0, the head Q4_0
+// or tied to the embedding).
+struct TestModel {
+  TestGguf file;
+  std::map<std::string, std::pair<uint32_t, std::vector<uint64_t>>> shapes;  // name -> type, ne
+};
+
+TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "", int64_t vocab = 67) {
+  TestModel m;
+  TestGguf& g = m.file;
+  g.str("general.architecture", "llama");
+  g.u32("general.alignment", 32);
+  g.u32("llama.context_length", 24);
+  g.u32("llama.embedding_length", 64);
+  g.u32("llama.block_count", 2);
+  g.u32("llama.feed_forward_length", 96);
+  g.u32("llama.attention.head_count", 4);
+  g.u32("llama.attention.head_count_kv", 2);
+  g.u32("llama.rope.dimension_count", 16);
+  g.f32("llama.rope.freq_base", 10000.0f);
+  g.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  if (!vocabulary.empty()) {
+    g.str("tokenizer.ggml.model", vocabulary);
+    std::vector<std::string> tokens;
+    for (int i = 0; i < 67; ++i) tokens.push_back(std::to_string(i));
+    g.strings("tokenizer.ggml.tokens", tokens);
+  }
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto add = [&](const std::string& name, uint32_t type, int64_t K, int64_t N, float scale, float mean = 0) {
+    std::vector<float> w(static_cast<size_t>(K * N));
+    for (float& v : w) v = mean + scale * normal(rng);
+    std::vector<uint64_t> ne = {static_cast<uint64_t>(K)};
+    if (N > 1 || name.find("norm") == std::string::npos) ne.push_back(static_cast<uint64_t>(N));
+    g.tensors.push_back({name, ne, type, tensor_data(type, w, K, N)});
+    m.shapes[name] = {type, ne};
+  };
+  add("token_embd.weight", kQ8_0, 64, vocab, 1.0f);
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", kF32, 64, 1, 0.1f, 1.0f);
+    add(b + "attn_q.weight", kQ4_0, 64, 64, 0.15f);
+    add(b + "attn_k.weight", kQ4_0, 64, 32, 0.15f);
+    add(b + "attn_v.weight", kQ4_0, 64, 32, 0.15f);
+    add(b + "attn_output.weight", kQ5_0, 64, 64, 0.1f);
+    add(b + "ffn_norm.weight", kF32, 64, 1, 0.1f, 1.0f);
+    add(b + "ffn_gate.weight", kQ8_0, 64, 96, 0.15f);
+    add(b + "ffn_up.weight", kQ8_0, 64, 96, 0.15f);
+    add(b + "ffn_down.weight", kQ5_0, 96, 64, 0.1f);
+  }
+  add("output_norm.weight", kF32, 64, 1, 0.1f, 1.0f);
+  if (!tied) add("output.weight", kQ4_0, 64, vocab, 0.15f);
+  // Outside files hold -128 in Q8_0 blocks: one in the embedding and one in w_up.
+  g.tensors[0].data[2 + 5] = static_cast<char>(0x80);
+  for (TestTensor& t : g.tensors)
+    if (t.name == "blk.1.ffn_up.weight") t.data[34 * 7 + 2 + 9] = static_cast<char>(0x80);
+  return m;
+}
+
+// The float64 forward pass (docs/ARITHMETIC.md's operations in double, no activation
+// quantization) over the weights the file's tensors stand for, for one row of ids.
+std::vector<double> float64_logits(const TestModel& m, const std::vector<int32_t>& ids) {
+  const int64_t d = 64, hd = 16, ff = 96, V = 67, T = static_cast<int64_t>(ids.size());
+  std::map<std::string, std::vector<double>> w;  // lockstep's layout: matrices [in, out]
+  for (const TestTensor& t : m.file.tensors) {
+    const int64_t K = static_cast<int64_t>(t.ne[0]), N = t.ne.size() > 1 ? static_cast<int64_t>(t.ne[1]) : 1;
+    const std::vector<double> rows = dequantized(t.type, t.data, K, N);
+    if (t.name == "token_embd.weight" || N == 1) {
+      w[t.name] = rows;
+      if (t.name != "token_embd.weight") continue;
+    }
+    std::vector<double> io(static_cast<size_t>(K * N));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) io[static_cast<size_t>(k * N + n)] = rows[static_cast<size_t>(n * K + k)];
+    w[t.name == "token_embd.weight" ? "tied_head" : t.name] = io;
+  }
+  const std::vector<double>& head = w.count("output.weight") ? w["output.weight"] : w["tied_head"];
+  std::vector<double> cos(static_cast<size_t>(24 * hd / 2)), sin(cos.size());
+  ref::rope_tables<double>(24, static_cast<int32_t>(hd), 10000.0f, cos.data(), sin.data());
+  const double eps = static_cast<double>(1e-5f), scale = ref::attention_scale<double>(static_cast<int32_t>(hd));
+  std::vector<double> x(static_cast<size_t>(T * d));
+  for (int64_t t = 0; t < T; ++t)
+    std::copy_n(w["token_embd.weight"].begin() + ids[static_cast<size_t>(t)] * d, d, x.begin() + t * d);
+  std::vector<double> keys(static_cast<size_t>(T * 32)), values(keys.size());
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (int64_t t = 0; t < T; ++t) {
+      double* xt = x.data() + t * d;
+      std::vector<double> xn(64), q(64), att(64), o(64), g(96), u(96), h(96), scores(static_cast<size_t>(T));
+      ref::rmsnorm<double>(xt, w[b + "attn_norm.weight"].data(), xn.data(), d, eps);
+      ref::matmul<double>(xn.data(), w[b + "attn_q.weight"].data(), q.data(), 1, d, 64);
+      ref::matmul<double>(xn.data(), w[b + "attn_k.weight"].data(), keys.data() + t * 32, 1, d, 32);
+      ref::matmul<double>(xn.data(), w[b + "attn_v.weight"].data(), values.data() + t * 32, 1, d, 32);
+      ref::rope<double>(q.data(), 4, 16, cos.data() + t * 8, sin.data() + t * 8);
+      ref::rope<double>(keys.data() + t * 32, 2, 16, cos.data() + t * 8, sin.data() + t * 8);
+      for (int head_i = 0; head_i < 4; ++head_i)
+        ref::attention<double>(q.data() + head_i * 16, keys.data() + (head_i / 2) * 16, values.data() + (head_i / 2) * 16, 32,
+                               t + 1, 16, scale, att.data() + head_i * 16, scores.data());
+      ref::matmul<double>(att.data(), w[b + "attn_output.weight"].data(), o.data(), 1, 64, d);
+      for (int64_t i = 0; i < d; ++i) xt[i] += o[static_cast<size_t>(i)];
+      ref::rmsnorm<double>(xt, w[b + "ffn_norm.weight"].data(), xn.data(), d, eps);
+      ref::matmul<double>(xn.data(), w[b + "ffn_gate.weight"].data(), g.data(), 1, d, ff);
+      ref::matmul<double>(xn.data(), w[b + "ffn_up.weight"].data(), u.data(), 1, d, ff);
+      ref::swiglu<double>(g.data(), u.data(), h.data(), ff);
+      ref::matmul<double>(h.data(), w[b + "ffn_down.weight"].data(), o.data(), 1, ff, d);
+      for (int64_t i = 0; i < d; ++i) xt[i] += o[static_cast<size_t>(i)];
+    }
+  }
+  std::vector<double> logits(static_cast<size_t>(T * V)), xn(64);
+  for (int64_t t = 0; t < T; ++t) {
+    ref::rmsnorm<double>(x.data() + t * d, w["output_norm.weight"].data(), xn.data(), d, eps);
+    ref::matmul<double>(xn.data(), head.data(), logits.data() + t * V, 1, d, V);
+  }
+  return logits;
+}
+
+bool has_all(const std::string& text, const std::vector<std::string>& parts) {
+  for (const std::string& p : parts)
+    if (text.find(p) == std::string::npos) return false;
+  return true;
+}
+
+std::string import_file(const test::TempDir& tmp, const std::string& bytes, const std::string& name,
+                        const ImportGgufOptions& options = {}) {
+  const std::string file = tmp / (name + ".gguf"), out = tmp / name;
+  test::write_file(file, bytes);
+  import_gguf(file, out, options);
+  return out;
+}
+
+TEST(GgufImport, KeepsTheBlocksBitForBitAndLoadsAsTheInt8dotProfile) {
+  test::TempDir tmp;
+  for (const bool tied : {false, true}) {
+    const TestModel m = test_model(tied, 1);
+    const std::string bytes = m.file.bytes();
+    const std::string dir = import_file(tmp, bytes, tied ? "tied" : "untied");
+    EXPECT_EQ(test::read_file(dir + "/model.gguf"), bytes);  // the file, byte for byte
+    const auto j = nlohmann::json::parse(test::read_file(dir + "/model.json"));
+    EXPECT_EQ(j.at("profile"), "lockstep-int8dot-1");
+    EXPECT_EQ(j.at("format_version"), 2);
+    EXPECT_EQ(j.at("weights").at("format"), "gguf");
+    const auto model = Model::load(dir);
+    EXPECT_STREQ(model->profile(), int8dot_profile_name());
+    EXPECT_EQ(model->weight_format(), "gguf");
+    // What the kernels read: every block matrix's rows are the tensor's bytes.
+    const auto& blocks = *model->impl().blocks;
+    const ParameterRegistry& reg = model->registry();
+    EXPECT_EQ(blocks.size(), size_t{2 + 2 * 7});
+    for (const TestTensor& t : m.file.tensors) {
+      if (t.type == kF32) continue;
+      int64_t offset = -1;
+      if (t.name == "token_embd.weight") offset = reg.embed();
+      if (t.name == "output.weight") offset = reg.head();
+      if (t.name == "blk.1.ffn_up.weight") offset = reg.layer(1).w_up;
+      if (t.name == "blk.0.attn_k.weight") offset = reg.layer(0).wk;
+      if (offset < 0) continue;
+      const auto& rows = blocks.at(offset).rows;
+      EXPECT_EQ(std::string(rows.begin(), rows.end()), t.data) << t.name;
+    }
+    if (tied) {  // the head is the embedding's rows
+      const auto& head = blocks.at(reg.head()).rows;
+      EXPECT_EQ(std::string(head.begin(), head.end()), m.file.tensors[0].data);
+    }
+    // A changed weights file is refused by its SHA-256.
+    std::string changed = bytes;
+    changed[changed.size() - 1] ^= 1;
+    test::write_file(dir + "/model.gguf", changed);
+    try {
+      Model::load(dir);
+      ADD_FAILURE() << "loaded a changed model.gguf";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has_all(e.what(), {"model.gguf", "SHA-256"})) << e.what();
+    }
+  }
+}
+
+TEST(GgufImport, FastPathEqualsTheReferenceEverywhere) {
+  test::TempDir tmp;
+  const std::string dir = import_file(tmp, test_model(false, 2).file.bytes(), "m");
+  LoadOptions ref_options;
+  ref_options.device = Device::reference;
+  const auto reference = Model::load(dir, ref_options);
+  const int64_t T = 24, V = 67;
+  for (const std::string& target : test::targets_under_test()) {
+    LoadOptions options;
+    options.simd_target = target;
+    const auto fast = Model::load(dir, options);
+    for (int64_t B : {1, 2, 5}) {
+      const auto ids = test::random_ids(B * T, 67, static_cast<uint64_t>(B * 7));
+      std::vector<int32_t> lengths;
+      for (int64_t b = 0; b < B; ++b) lengths.push_back(static_cast<int32_t>(1 + (b * 11 + B * 5) % T));
+      const auto want = reference->logits({ids.data(), B, T}, lengths, {Device::reference, std::nullopt});
+      for (int threads : {1, 2, 3, 7}) {
+        const auto got = fast->logits({ids.data(), B, T}, lengths, {Device::cpu, threads});
+        test::expect_same(got, want, target + " B=" + std::to_string(B) + " threads " + std::to_string(threads));
+        if (HasFailure()) return;
+      }
+    }
+    // Sessions: appends of 1 to 3 tokens equal the reference's full pass at each last position.
+    const auto ids = test::random_ids(T, 67, 99);
+    const auto full = reference->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
+    for (int threads : {1, 3}) {
+      Session s(fast, {Device::cpu, threads});
+      int64_t at = 0;
+      for (int chunk : {1, 2, 1, 3, 1, 1, 2}) {
+        const auto got = s.append(std::span<const int32_t>(ids).subspan(static_cast<size_t>(at), static_cast<size_t>(chunk)));
+        at += chunk;
+        test::expect_same(got, std::vector<float>(full.begin() + (at - 1) * V, full.begin() + at * V),
+                          target + " session at " + std::to_string(at));
+        if (HasFailure()) return;
+      }
+    }
+    // Sessions stepped together, ragged.
+    std::vector<Session> sessions;
+    std::vector<std::vector<float>> out(3, std::vector<float>(static_cast<size_t>(V)));
+    std::vector<SessionStep> steps;
+    for (int s = 0; s < 3; ++s) {
+      sessions.emplace_back(fast, CallOptions{Device::cpu, 2});
+      sessions.back().append(std::span<const int32_t>(ids).subspan(0, static_cast<size_t>(1 + 3 * s)));
+    }
+    for (int s = 0; s < 3; ++s)
+      steps.push_back({&sessions[static_cast<size_t>(s)],
+                       std::span<const int32_t>(ids).subspan(static_cast<size_t>(1 + 3 * s), static_cast<size_t>(1 + s % 2)),
+                       out[static_cast<size_t>(s)].data(), nullptr});
+    append_batch(steps, {Device::cpu, 2});
+    for (int s = 0; s < 3; ++s) {
+      const int64_t last = 1 + 3 * s + (1 + s % 2);
+      test::expect_same(out[static_cast<size_t>(s)], std::vector<float>(full.begin() + (last - 1) * V, full.begin() + last * V),
+                        target + " batched session " + std::to_string(s));
+    }
+    // The prefix cache: a session restored from a cached prefix gives the bits of position 0 on.
+    PrefixCache cache(fast);
+    Session first(fast, {Device::cpu, 2});
+    first.append(std::span<const int32_t>(ids).subspan(0, 10));
+    cache.keep(first);
+    Session second(fast, {Device::cpu, 2});
+    const int32_t reused = cache.restore(second, std::span<const int32_t>(ids).subspan(0, 16), 15);
+    EXPECT_EQ(reused, 10);
+    const auto got = second.append(std::span<const int32_t>(ids).subspan(static_cast<size_t>(reused), static_cast<size_t>(16 - reused)));
+    test::expect_same(got, std::vector<float>(full.begin() + 15 * V, full.begin() + 16 * V), target + " prefix cache");
+  }
+}
+
+// The activations' quantization rounds each to the nearest of 255 levels of its block's largest
+// magnitude: a relative error of at most 1/254 of the block's amax per value, so each matmul's
+// output moves by about that share of its inputs' scale, and the logits by a few of those
+// through two layers. Measured here: the largest difference is under 2% of the largest logit;
+// the bound is 5%. Greedy choices agree wherever the float64 top two are further apart than it.
+TEST(GgufImport, LogitsAreCloseToAFloat64ForwardOfTheDequantizedWeights) {
+  test::TempDir tmp;
+  for (const bool tied : {false, true}) {
+    const TestModel m = test_model(tied, 3);
+    const auto model = Model::load(import_file(tmp, m.file.bytes(), tied ? "t" : "u"));
+    const auto ids = test::random_ids(24, 67, 5);
+    const auto got = model->logits({ids.data(), 1, 24});
+    const auto want = float64_logits(m, ids);
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+      largest = std::max(largest, std::fabs(want[i]));
+    }
+    std::printf("int8dot against float64 (%s head): largest difference %.3g, %.2f%% of the largest logit %.3g\n",
+                tied ? "tied" : "own", worst, 100 * worst / largest, largest);
+    EXPECT_LT(worst, 0.05 * largest);
+    for (int64_t t = 0; t < 24; ++t) {
+      const double* z = want.data() + t * 67;
+      int best = 0, second = -1;
+      for (int v = 1; v < 67; ++v) {
+        if (z[v] > z[best]) {
+          second = best;
+          best = v;
+        } else if (second < 0 || z[v] > z[second]) {
+          second = v;
+        }
+      }
+      if (z[best] - z[second] > 2 * worst) {
+        EXPECT_EQ(greedy_choice(std::span<const float>(got).subspan(static_cast<size_t>(t * 67), 67)), best) << t;
+      }
+    }
+  }
+}
+
+// Each bad file is refused naming what is wrong, and nothing is written.
+TEST(GgufImport, BadFilesAreRefusedNamingWhatAndWriteNothing) {
+  test::TempDir tmp;
+  int n = 0;
+  auto expect_refused = [&](const std::string& bytes, const std::vector<std::string>& parts,
+                            const ImportGgufOptions& options = {}) {
+    const std::string file = tmp / ("bad" + std::to_string(n) + ".gguf"), out = tmp / ("bad" + std::to_string(n));
+    ++n;
+    test::write_file(file, bytes);
+    try {
+      import_gguf(file, out, options);
+      ADD_FAILURE() << "imported a bad file, expecting: " << parts[0];
+    } catch (const Error& e) {
+      EXPECT_TRUE(has_all(e.what(), parts)) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(out)) << "wrote " << out;
+  };
+  const TestModel good = test_model(false, 4);
+  const std::string bytes = good.file.bytes();
+  // Truncated anywhere: in the header, the keys, the tensor infos, the data.
+  for (size_t cut : {size_t{3}, size_t{10}, size_t{40}, size_t{400}, size_t{900}, bytes.size() / 2, bytes.size() - 1})
+    expect_refused(bytes.substr(0, cut), {"bad"});
+  expect_refused(bytes.substr(0, bytes.size() - 1), {"runs past the end of the file"});
+  {
+    std::string other = bytes;
+    other.replace(0, 4, "GGML");
+    expect_refused(other, {"not a GGUF file"});
+  }
+  {
+    TestModel m = good;
+    m.file.version = 1;
+    expect_refused(m.file.bytes(), {"GGUF version 1 is not supported"});
+  }
+  {
+    TestModel m = good;  // a K-quant: named with its tensor
+    m.file.tensors[3].type = kQ4_K;
+    expect_refused(m.file.bytes(), {"tensor 'blk.0.attn_k.weight' is of type Q4_K", "does not read"});
+  }
+  {
+    TestModel m = good;  // a type number ggml does not define
+    m.file.tensors[3].type = 77;
+    expect_refused(m.file.bytes(), {"tensor 'blk.0.attn_k.weight' is of type type 77"});
+  }
+  {
+    TestModel m = good;  // two tensors over the same bytes
+    m.file.offset_override["blk.0.attn_k.weight"] = 0;
+    expect_refused(m.file.bytes(), {"overlaps"});
+  }
+  {
+    TestModel m = good;  // out of range
+    m.file.offset_override["output.weight"] = uint64_t{1} << 40;
+    expect_refused(m.file.bytes(), {"tensor 'output.weight'", "runs past the end of the file"});
+  }
+  {
+    TestModel m = good;  // not aligned
+    m.file.offset_override["output.weight"] = 33;
+    expect_refused(m.file.bytes(), {"tensor 'output.weight' starts at offset 33, not a multiple of the alignment 32"});
+  }
+  {
+    TestModel m = good;  // a shape the keys do not give
+    m.file.tensors[2].ne[1] = 32;
+    m.file.tensors[2].data.resize(m.file.tensors[2].data.size() / 2);
+    expect_refused(m.file.bytes(), {"tensor 'blk.0.attn_q.weight' has ne {64, 32}, expected {64, 64}"});
+  }
+  {
+    TestModel m = good;  // a row that is not whole blocks
+    m.file.tensors[2].ne = {48, 64};
+    expect_refused(m.file.bytes(), {"tensor 'blk.0.attn_q.weight' has rows of 48 values, not a whole number of Q4_0 blocks"});
+  }
+  {
+    TestModel m = good;  // a tensor lockstep's llama does not have
+    m.file.tensors[5].name = "rope_freqs.weight";
+    expect_refused(m.file.bytes(), {"tensor 'rope_freqs.weight' is not one of a llama model", "Llama 3 scaling"});
+  }
+  {
+    TestModel m = good;  // a tensor missing
+    m.file.tensors.erase(m.file.tensors.begin() + 4);
+    expect_refused(m.file.bytes(), {"has no tensor 'blk.0.attn_v.weight'"});
+  }
+  {
+    TestModel m = good;  // a non-finite block scale
+    m.file.tensors[2].data[0] = 0x00;
+    m.file.tensors[2].data[1] = static_cast<char>(0x7c);  // f16 +inf
+    expect_refused(m.file.bytes(), {"tensor 'blk.0.attn_q.weight' block 0 has a non-finite scale"});
+  }
+  {
+    TestGguf g = good.file;  // another architecture
+    g.kv.clear();
+    g.n_kv = 0;
+    g.str("general.architecture", "qwen2");
+    expect_refused(g.bytes(), {"general.architecture is 'qwen2'; lockstep imports 'llama'"});
+  }
+  // A vocabulary lockstep does not convert yet: said, and --ids-only imports the weights.
+  const std::string with_vocab = test_model(false, 4, "llama").file.bytes();
+  expect_refused(with_vocab, {"tokenizer.ggml.model 'llama'", "--ids-only"});
+  ImportGgufOptions ids_only;
+  ids_only.ids_only = true;
+  const std::string dir = import_file(tmp, with_vocab, "ids", ids_only);
+  EXPECT_STREQ(Model::load(dir)->profile(), int8dot_profile_name());
+}
+
+// export-gguf of an imported int8dot model writes the very blocks it computes from (a byte-level
+// model: export-gguf needs token strings, which a vocabulary of 256 bytes has).
+TEST(GgufImport, ExportWritesTheSameBlocks) {
+  test::TempDir tmp;
+  const TestModel m = test_model(false, 6, "", 256);
+  const std::string dir = import_file(tmp, m.file.bytes(), "bytes");
+  const GgufResult r = export_gguf(dir, tmp / "again.gguf", GgufOptions{"f32", "again"});
+  EXPECT_EQ(r.tensors, static_cast<int64_t>(m.file.tensors.size()));
+  const std::string again = test::read_file(tmp / "again.gguf");
+  const format::GgufFile f = format::parse_gguf(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(again.data()), again.size()), "again.gguf");
+  for (const TestTensor& t : m.file.tensors) {
+    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
+    ASSERT_NE(it, f.tensors.end()) << t.name;
+    EXPECT_EQ(it->type, t.type) << t.name;
+    EXPECT_EQ(it->ne, t.ne) << t.name;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
+  }
+  // And it imports again to the same logits.
+  const std::string dir2 = import_file(tmp, again, "bytes2", ImportGgufOptions{0, true});
+  const auto ids = test::random_ids(24, 256, 8);
+  EXPECT_TRUE(test::same_bits(Model::load(dir)->logits({ids.data(), 1, 24}), Model::load(dir2)->logits({ids.data(), 1, 24})));
+}
+
+}  // namespace
+}  // namespace lockstep
