@@ -372,3 +372,33 @@ def test_a_schema_answer_is_the_same_from_every_replica(cluster, alone):
     client = client_for(c.url)
     for _ in range(8):  # leastconn spreads them over the replicas
         assert client.completion(**b)["choices"][0]["text"] == want
+
+
+def test_the_openai_client_gets_the_same_schema_answer_from_every_replica(cluster, alone):
+    """Issue 38: the official OpenAI JavaScript client (tests/text/chat_client, pinned) asks for a
+    JSON Schema answer through HAProxy, whole and streamed, three times; every answer is valid JSON
+    of the schema and the same bytes as the lone server's, whichever replica gave it."""
+    import jsonschema
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "text"))
+    from npm_oracle import install_or_skip
+
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "text", "chat_client")
+    install_or_skip(folder, "openai", "the OpenAI client's structured output through HAProxy")
+    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 6}, "n": {"type": "integer"},
+                                               "ok": {"type": "boolean"}},
+              "required": ["word", "n", "ok"], "additionalProperties": False}
+    chat = dict(model="tiny", messages=[{"role": "user", "content": "json, please"}], max_tokens=300,
+                temperature=1, seed=12, response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}})
+
+    def answers(base_url):
+        r = subprocess.run(["node", "chat.mjs"], cwd=folder, capture_output=True, timeout=60,
+                           env={"BASE_URL": base_url + "/v1", "BODY": json.dumps(chat), "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr.decode()
+        return json.loads(r.stdout)
+
+    want = answers("http://%s:%d" % alone.http)
+    assert want["whole"] == want["streamed"] and want["finish"] == "stop", want
+    jsonschema.validate(json.loads(want["whole"]), schema)
+    c = cluster(replicas=2)
+    for _ in range(3):  # leastconn spreads the six requests over the replicas
+        assert answers(c.url) == want
