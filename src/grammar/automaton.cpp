@@ -2,6 +2,9 @@
 #include "grammar/automaton.hpp"
 
 #include <algorithm>
+#include <string>
+
+#include "lockstep/error.hpp"
 
 namespace lockstep::grammar {
 
@@ -13,6 +16,7 @@ size_t ByteAutomaton::VectorHash::operator()(const std::vector<uint32_t>& v) con
 
 ByteAutomaton::ByteAutomaton(std::shared_ptr<const Rules> rules) : rules_(std::move(rules)) {
   std::vector<uint32_t> stacks;
+  begin_expansion();
   for (const uint32_t alt : rules_->rules[rules_->root].alternatives) expand(alt, kEmptyStack, stacks);
   start_ = state_of(std::move(stacks));
 }
@@ -25,6 +29,7 @@ uint32_t ByteAutomaton::node(uint32_t position, uint32_t parent) {
 }
 
 void ByteAutomaton::expand(uint32_t position, uint32_t parent, std::vector<uint32_t>& out) {
+  if (!expanded_.insert(static_cast<uint64_t>(position) << 32 | parent).second) return;
   const Element& e = rules_->elements[position];
   switch (e.kind) {
     case Element::Kind::bytes:
@@ -63,6 +68,11 @@ uint32_t ByteAutomaton::state_of(std::vector<uint32_t> stacks) {
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
   if (stacks.empty()) return kDead;
+  if (stacks.size() > kMaxStacks)
+    throw Error(ErrorKind::invalid_argument,
+                "grammar: more than " + std::to_string(kMaxStacks) +
+                    " parses of the text so far at once: the grammar is too ambiguous here (a rule that may match "
+                    "nothing, repeated inside itself?)");
   const auto found = state_ids_.find(stacks);
   if (found != state_ids_.end()) return found->second;
   State s;
@@ -114,6 +124,7 @@ void ByteAutomaton::compute_row(uint32_t state) {
 
 uint32_t ByteAutomaton::compute_step(const std::vector<uint32_t>& stacks, uint8_t byte) {
   std::vector<uint32_t> out;
+  begin_expansion();
   for (const uint32_t id : stacks) {
     if (id == kEmptyStack) continue;
     const Node n = nodes_[id];
@@ -143,6 +154,7 @@ uint32_t ByteAutomaton::reset(uint32_t keep) {
     stacks.push_back(top);
   }
   std::vector<uint32_t> initial;
+  begin_expansion();
   for (const uint32_t alt : rules_->rules[rules_->root].alternatives) expand(alt, kEmptyStack, initial);
   const uint32_t kept = state_of(std::move(stacks));
   start_ = state_of(std::move(initial));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/rules.hpp"
@@ -21,6 +22,9 @@ namespace lockstep::grammar {
 class ByteAutomaton {
  public:
   static constexpr uint32_t kDead = 0xFFFFFFFFu;  // no parse survives
+  // The most stacks a state may hold: past it a step throws Error (an ambiguous grammar can hold
+  // exponentially many parses of one text; a JSON Schema's grammar holds a few dozen).
+  static constexpr size_t kMaxStacks = 4096;
   explicit ByteAutomaton(std::shared_ptr<const Rules> rules);
 
   uint32_t start() const { return start_; }
@@ -61,6 +65,8 @@ class ByteAutomaton {
   // The stack at `position` over `parent`, its position's rule references expanded until every
   // stack's top is a bytes element, appended to `out`.
   void expand(uint32_t position, uint32_t parent, std::vector<uint32_t>& out);
+  // Starts a group of expand() calls that append to one vector (a step, the start state).
+  void begin_expansion() { expanded_.clear(); }
   uint32_t state_of(std::vector<uint32_t> stacks);
   // Every byte's transition from `state` at once: bytes that the same stacks take lead to the
   // same state, so each group of them is computed once (a string's ASCII characters are one).
@@ -72,6 +78,11 @@ class ByteAutomaton {
   std::unordered_map<uint64_t, uint32_t> node_ids_;
   std::vector<State> states_;
   std::unordered_map<std::vector<uint32_t>, uint32_t, VectorHash> state_ids_;
+  // The (position, parent) pairs expand() has run since begin_expansion(): one expansion appends
+  // the same stacks every time, so a second is skipped. Without it a rule that may match nothing,
+  // repeated inside itself (`r ::= "x" r r r | `), expands exponentially many equal paths (the
+  // GBNF fuzzer found one that ran for minutes).
+  std::unordered_set<uint64_t> expanded_;
   uint32_t start_ = 0;
 };
 

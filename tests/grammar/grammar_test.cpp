@@ -233,5 +233,32 @@ TEST(JsonSchema, PatternSubset) {
             "schema: /pattern: 'pattern' a lazy or possessive quantifier at character 3 is not supported");
 }
 
+// The fuzzer's find: a rule that may match nothing, repeated inside itself, holds exponentially
+// many parses of "qqq...". Each step expands every (position, parent) once (before, equal paths
+// through the empty alternatives were walked one by one: one input ran for minutes), and a state
+// of more than ByteAutomaton::kMaxStacks parses is refused, naming why, instead of growing on.
+TEST(Gbnf, AGrammarTooAmbiguousIsRefusedWhenItGetsThere) {
+  const auto g = Grammar::from_gbnf("root ::= [a-z] root{3,3} (\"x\" [0-9]*)? | # nothing\n");
+  GrammarMatcher m(g, TokenVocabulary::bytes());
+  std::string refused;
+  int taken = 0;
+  try {
+    for (; taken < 300; ++taken) {
+      ASSERT_TRUE(m.accept_bytes("q"));
+      m.allowed_tokens();
+    }
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  EXPECT_GT(taken, 3);
+  EXPECT_NE(refused.find("parses of the text so far at once: the grammar is too ambiguous"), std::string::npos)
+      << "taken " << taken << ": " << refused;
+  // An unambiguous grammar of the same shape goes on as long as asked.
+  GrammarMatcher fine(Grammar::from_gbnf("root ::= [a-z] root | \"x\"\n"), TokenVocabulary::bytes());
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(fine.accept_bytes("q"));
+  EXPECT_TRUE(fine.accept_bytes("x"));
+  EXPECT_TRUE(fine.accepting());
+}
+
 }  // namespace
 }  // namespace lockstep
