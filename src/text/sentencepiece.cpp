@@ -10,6 +10,21 @@
 namespace lockstep::text {
 namespace {
 
+// A piece's text with SentencePiece's space (U+2581) as ' ': what the piece stands for in text.
+std::string with_spaces(std::string_view piece) {
+  const std::string_view space = "\xE2\x96\x81";
+  std::string out;
+  for (size_t at = 0; at < piece.size();) {
+    if (piece.compare(at, space.size(), space) == 0) {
+      out += ' ';
+      at += space.size();
+    } else {
+      out += piece[at++];
+    }
+  }
+  return out;
+}
+
 struct SentencePiece final : Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
   // The special pieces (control and unknown: <s>, </s>, <unk>) as (text, id), longest first.
@@ -87,17 +102,7 @@ struct SentencePiece final : Tokenizer::Impl {
     if (id < 0 || id >= sp.GetPieceSize() || sp.IsControl(id) || sp.IsUnknown(id) || sp.IsUnused(id)) return {};
     const std::string text = sp.IdToPiece(id);
     if (sp.IsByte(id)) return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
-    std::string out;
-    const std::string_view space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-    for (size_t at = 0; at < text.size();) {
-      if (text.compare(at, space.size(), space) == 0) {
-        out += ' ';
-        at += space.size();
-      } else {
-        out += text[at++];
-      }
-    }
-    return out;
+    return with_spaces(text);
   }
 
   std::string token_text(int32_t id) const override {
@@ -109,17 +114,7 @@ struct SentencePiece final : Tokenizer::Impl {
       return std::string("bytes:\\x").append(hex);
     }
     if (sp.IsControl(id) || sp.IsUnknown(id)) return text;
-    const std::string_view space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-    std::string out;
-    for (size_t at = 0; at < text.size();) {
-      if (text.compare(at, space.size(), space) == 0) {
-        out += ' ';
-        at += space.size();
-      } else {
-        out += text[at++];
-      }
-    }
-    return out;
+    return with_spaces(text);
   }
 };
 
