@@ -116,15 +116,15 @@ struct TileShape {
   static constexpr int kChains = R * G >= 4 ? 1 : 2;  // integer chains per (row, group) and block
 };
 
-// Decoding reads each record once: ask for the records kPrefetchAhead blocks on of each of the
+// Decoding reads each record once: ask L2 for the records kPrefetchAhead blocks on of each of the
 // tile's groups (past a group's last block that is the next group's first: still a record).
-constexpr int64_t kPrefetchAhead = 16;
+constexpr int64_t kPrefetchAhead = 32;
 template <int R, int G>
 HWY_INLINE void PrefetchAhead(const BlockMatrix& w, int64_t g, int64_t b) {
   if constexpr (R < 4) {
     for (int gi = 0; gi < G; ++gi) {
       const char* p = reinterpret_cast<const char*>(w.block(g + gi, b)) + kPrefetchAhead * w.record_bytes();
-      for (int64_t line = 0; line < w.record_bytes(); line += 64) _mm_prefetch(p + line, _MM_HINT_T0);
+      for (int64_t line = 0; line < w.record_bytes(); line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
     }
   }
 }
@@ -144,14 +144,18 @@ HWY_INLINE void FinishBlock(__m256i (&isum)[G][R][C], const BlockMatrix& w, int6
 }
 
 // Rows [m0, m0 + R) of groups [g, g + G). For each block and each quad v, lane j of the int32 sum
-// gets output j's four products with the broadcast activation quad: maddubs multiplies an unsigned
-// byte by a signed one and adds pairs with int16 saturation, so it gets |w| (128 for -128, exact
-// as unsigned) and x with w's sign (|x| <= 127, so negating never overflows), whose pair sums stay
-// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32: after the 8 quads lane
-// j holds isum[j] exactly (its chains added: integers, any split).
+// gets output j's four products with the broadcast activation quad. maddubs multiplies an unsigned
+// byte by a signed one and adds pairs with int16 saturation, which no operand here reaches:
+// - int8 weights: it gets |w| (128 for -128, exact as unsigned) and x with w's sign (|x| <= 127,
+//   so negating never overflows), whose pair sums stay within 2 * 128 * 127 = 32512; madd with
+//   ones adds the pairs into int32, quad by quad.
+// - Q4_0's nibbles (w + 8, unsigned as they are) against x: pair sums within 2 * 15 * 127 = 3810,
+//   so the 8 quads' pair sums add up in int16 (at most 30480) before one madd with ones; each lane
+//   then holds isum + 8 * sum(x), and `xsum` (the block's sum of x, per row) takes 8 * sum(x) off.
+// After the 8 quads lane j holds isum[j] exactly (its chains added: integers, any split).
 template <int R, int G>
 HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
-                          int64_t ldy) {
+                          int64_t ldy, const int32_t* xsum) {
   constexpr int C = TileShape<R, G>::kChains;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[G][R];
@@ -163,15 +167,42 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
     for (auto& a : isum)
       for (auto& r : a)
         for (__m256i& v : r) v = _mm256_setzero_si256();
-    for (int v = 0; v < 8; ++v) {
-      __m256i xq[R];
-      for (int r = 0; r < R; ++r) xq[r] = Quad(qx, w.K, m0 + r, b, v);
-      for (int gi = 0; gi < G; ++gi) {
-        const __m256i wv = LoadQuads(w, w.block(g + gi, b), v);
-        const __m256i aw = _mm256_abs_epi8(wv);
+    if (w.nibbles) {
+      const __m256i low = _mm256_set1_epi8(15);
+      for (int c = 0; c < 4; ++c) {  // int16 pair sums in isum, widened after the block
+        __m256i even_x[R], odd_x[R];
         for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
-          isum[gi][r][v % C] = _mm256_add_epi32(isum[gi][r][v % C], p);
+          even_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c);
+          odd_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c + 1);
+        }
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.block(g + gi, b) + c * 32));
+          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          for (int r = 0; r < R; ++r) {
+            isum[gi][r][0] = _mm256_add_epi16(isum[gi][r][0], _mm256_maddubs_epi16(even, even_x[r]));
+            isum[gi][r][C - 1] = _mm256_add_epi16(isum[gi][r][C - 1], _mm256_maddubs_epi16(odd, odd_x[r]));
+          }
+        }
+      }
+      for (int gi = 0; gi < G; ++gi)
+        for (int r = 0; r < R; ++r) {
+          __m256i pairs = isum[gi][r][0];
+          for (int c = 1; c < C; ++c) pairs = _mm256_add_epi16(pairs, isum[gi][r][c]);
+          isum[gi][r][0] = _mm256_sub_epi32(_mm256_madd_epi16(pairs, ones),
+                                            _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+          for (int c = 1; c < C; ++c) isum[gi][r][c] = _mm256_setzero_si256();
+        }
+    } else {
+      for (int v = 0; v < 8; ++v) {
+        __m256i xq[R];
+        for (int r = 0; r < R; ++r) xq[r] = Quad(qx, w.K, m0 + r, b, v);
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i wv = LoadQuads(w, w.block(g + gi, b), v);
+          const __m256i aw = _mm256_abs_epi8(wv);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
+            isum[gi][r][v % C] = _mm256_add_epi32(isum[gi][r][v % C], p);
+          }
         }
       }
     }
@@ -261,9 +292,9 @@ void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int
 template <bool kVnni>
 void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                     float* y, int64_t ldy) {
-  // VNNI over nibbles: each row's block sums of x (integers), once per call.
+  // Over nibbles: each row's block sums of x (integers), once per call.
   thread_local std::vector<int32_t> xsum;
-  if (kVnni && w.nibbles) {
+  if (w.nibbles) {
     xsum.resize(static_cast<size_t>(M * w.blocks));
     for (int64_t i = 0; i < M * w.blocks; ++i) {
       int32_t sum = 0;
@@ -281,7 +312,7 @@ void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMat
     if constexpr (kVnni) {
       GroupRowsVnni<R, G>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
     } else {
-      GroupRows<R, G>(qx, dx, m, w, g, y, ldy);
+      GroupRows<R, G>(qx, dx, m, w, g, y, ldy, xsum.data());
     }
   };
   // Groups outermost, so that a group's records (K / 32 of them, a few KiB) stay in L1 while every
