@@ -319,8 +319,13 @@ void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMat
   // row tile reads them; rows of a last tile of fewer than kBlockRows take two groups at once.
   const int64_t tail = M % kBlockRows, full = M - tail;
   auto groups = [&]<int G>(int64_t g) {
-    for (int64_t m = 0; m < full; m += kBlockRows)
-      for (int gi = 0; gi < G; ++gi) tile.template operator()<kBlockRows, 1>(m, g + gi);
+    for (int64_t m = 0; m < full; m += kBlockRows) {
+      if constexpr (kVnni) {  // 32 vector registers: 4 rows of 2 groups share each broadcast
+        tile.template operator()<kBlockRows, G>(m, g);
+      } else {
+        for (int gi = 0; gi < G; ++gi) tile.template operator()<kBlockRows, 1>(m, g + gi);
+      }
+    }
     switch (tail) {
       case 3: tile.template operator()<3, G>(full, g); break;
       case 2: tile.template operator()<2, G>(full, g); break;
