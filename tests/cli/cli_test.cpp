@@ -42,6 +42,24 @@ TEST(Cli, InitWritesAModelThatInspectDescribes) {
   EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
 }
 
+// bench prints each figure with the forward pass's shape; --prefill sets its positions and is
+// refused outside the window, naming it.
+TEST(Cli, BenchTakesThePrefillLengthAndRefusesOneOutsideTheWindow) {
+  test::TempDir dir;
+  const std::string m = init_tiny(dir);
+  const auto r = test::run_command({kBin, "bench", m, "--threads", "1", "--seconds", "0", "--decode-tokens", "3",
+                                    "--prefill", "5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* want : {"forward passes of 1 x 5 positions", "forward, cpu   1 thread", "decode, cpu   1 thread",
+                           "(1-token session loop)"})  // a 11-token prompt in a window of 12
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  for (const char* bad : {"13", "-1"}) {
+    const auto refused = test::run_command({kBin, "bench", m, "--prefill", bad});
+    EXPECT_EQ(refused.status, 1) << bad;
+    EXPECT_NE(refused.err.find("--prefill must be in [1, 12]"), std::string::npos) << refused.err;
+  }
+}
+
 TEST(Cli, CallWritesTheRawOutputsOfTheModel) {
   test::TempDir dir;
   const std::string m = init_tiny(dir);
