@@ -286,7 +286,7 @@ std::string llama_model_proto(const format::GgufFile& f, Keys& k, const std::str
   // The unknown piece: the one of type 2, else the one tokenizer.ggml.unknown_token_id names
   // (llama.cpp's converter marks Llama 2's <unk> control when tokenizer_config.json calls it special).
   std::optional<size_t> unk;
-  bool bytes = false;
+  size_t bytes = 0;
   std::unordered_map<std::string, size_t> seen;
   for (size_t i = 0; i < n; ++i) {
     const std::string at = "tokenizer.ggml.tokens[" + std::to_string(i) + "] ('" + k.tokens[i] + "')";
@@ -297,7 +297,7 @@ std::string llama_model_proto(const format::GgufFile& f, Keys& k, const std::str
     }
     if (k.types[i] == kByte) {
       if (!is_byte_piece(k.tokens[i])) refuse(what, at + " has token_type 6 (byte) but is not of the form <0xNN>");
-      bytes = true;
+      ++bytes;
     }
     // llama.cpp's converter writes a user-defined token's U+2581 as a space; SentencePiece matches
     // user-defined pieces against the text with its spaces as U+2581.
@@ -309,6 +309,9 @@ std::string llama_model_proto(const format::GgufFile& f, Keys& k, const std::str
     const auto [other, fresh] = seen.emplace(k.tokens[i], i);
     if (!fresh) refuse(what, at + " is also token " + std::to_string(other->second));
   }
+  // Byte fallback spells any byte no piece covers as its <0xNN> piece: all 256 or none.
+  if (bytes != 0 && bytes != 256)
+    refuse(what, "has " + std::to_string(bytes) + " byte tokens (token_type 6); a byte-fallback vocabulary has all 256");
   if (!unk && k.unk) {
     unk = static_cast<size_t>(*k.unk);
     k.types[*unk] = kUnknown;
@@ -338,7 +341,7 @@ std::string llama_model_proto(const format::GgufFile& f, Keys& k, const std::str
   std::string trainer;
   field_varint(trainer, 3, 2);  // model_type BPE
   field_varint(trainer, 4, n);  // vocab_size
-  field_varint(trainer, 35, bytes ? 1 : 0);  // byte_fallback
+  field_varint(trainer, 35, bytes != 0 ? 1 : 0);  // byte_fallback
   field_bytes(trainer, 45, k.tokens[*unk]);  // unk_piece
   field_bytes(trainer, 46, add_bos ? control_piece(k.bos) : std::string());  // bos_piece: "" adds none
   field_bytes(trainer, 47, control_piece(k.eos));  // eos_piece

@@ -348,6 +348,10 @@ def test_bad_llama_vocabularies_are_refused(spm_model, tmp_path):
         ({k: v for k, v in spm_keys.items() if k != "tokenizer.ggml.scores"}, "no key 'tokenizer.ggml.scores'"),
         ({k: v for k, v in spm_keys.items() if k != "tokenizer.ggml.unknown_token_id"}, "without an unknown token"),
         (dict(spm_keys, **{"tokenizer.ggml.token_type": (ARRAY, (I32, [6] * spm_n))}), "has token_type 6 (byte) but is not"),
+        (dict(spm_keys, **{"tokenizer.ggml.token_type": (ARRAY, (I32, [1 if t == "<0x41>" else x for t, x in zip(
+            spm_keys["tokenizer.ggml.tokens"][1][1], spm_keys["tokenizer.ggml.token_type"][1][1])]))}),
+         "has 255 byte tokens (token_type 6); a byte-fallback vocabulary has all 256"),
+        (dict(spm_keys, **{"tokenizer.ggml.add_eos_token": (BOOL, True)}), "tokenizer.ggml.add_eos_token is true"),
     ]
     expect_refused(cases, spm_n, tmp_path)
 
