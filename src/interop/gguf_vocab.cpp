@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -164,6 +165,22 @@ std::optional<PreTokenizer> pre_tokenizer(const std::string& pre) {
   return p;
 }
 
+const char* const kPreNames[] = {"gpt-2", "llama-bpe", "qwen2", "smollm", "default"};
+
+// Two stages equal in what they do to ids: trim_offsets (offsets only) is left out.
+nlohmann::json ids_only(const nlohmann::json& j) {
+  if (j.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& x : j) out.push_back(ids_only(x));
+    return out;
+  }
+  if (!j.is_object()) return j;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, x] : j.items())
+    if (key != "trim_offsets") out[key] = ids_only(x);
+  return out;
+}
+
 // The 256 bytes in order as GPT-2's byte strings, no merges: lockstep's byte vocabulary (what its
 // own export-gguf writes for a model without a tokenizer).
 bool is_byte_vocabulary(const Keys& k, const std::vector<std::string>& merges) {
@@ -191,13 +208,13 @@ std::string gpt2_tokenizer_json(const format::GgufFile& f, const Keys& k, const 
                                 const PreTokenizer& pre, const std::string& what) {
   ojson vocab = ojson::object(), added = ojson::array();
   std::unordered_map<std::string, size_t> ids;
+  // Every token is in the vocab, the added ones too (as GPT-2's <|endoftext|> is), so that its ids
+  // run 0 to n - 1 and Hugging Face's reader gives each added token the id of its vocab entry.
   for (size_t i = 0; i < k.tokens.size(); ++i) {
     const std::string& t = k.tokens[i];
-    if (k.types[i] == kControl || k.types[i] == kUserDefined) {
+    if (k.types[i] == kControl || k.types[i] == kUserDefined)
       added.push_back({{"id", i}, {"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                        {"normalized", false}, {"special", k.types[i] == kControl}});
-      continue;
-    }
     const auto [at, fresh] = ids.emplace(t, i);
     if (!fresh)
       refuse(what, "tokenizer.ggml.tokens[" + std::to_string(i) + "] ('" + t + "') is also token " + std::to_string(at->second));
@@ -356,7 +373,93 @@ std::string llama_model_proto(const format::GgufFile& f, Keys& k, const std::str
   return proto;
 }
 
+// gpt2_keys_of's reading of the parsed file; `unsupported` refuses.
+Gpt2Keys gpt2_keys_of(const nlohmann::json& doc, const std::function<void(const std::string&)>& unsupported,
+                      int32_t vocab_size) {
+  const nlohmann::json& model = doc.at("model");
+  Gpt2Keys out;
+  for (const char* name : kPreNames) {
+    const PreTokenizer p = *pre_tokenizer(name);
+    const nlohmann::json normalizer = doc.contains("normalizer") ? doc["normalizer"] : nlohmann::json();
+    if (ids_only(nlohmann::json::parse(p.normalizer.dump())) == ids_only(normalizer) &&
+        ids_only(nlohmann::json::parse(p.pre_tokenizer.dump())) == ids_only(doc.value("pre_tokenizer", nlohmann::json())) &&
+        p.ignore_merges == model.value("ignore_merges", false))
+      out.pre = name;
+  }
+  if (out.pre.empty())
+    unsupported("its normalizer, pre_tokenizer and model.ignore_merges are not those of a tokenizer.ggml.pre llama.cpp "
+                "names (gpt-2, llama-bpe, qwen2, smollm, default)");
+  out.tokens.resize(static_cast<size_t>(vocab_size));
+  out.types.assign(static_cast<size_t>(vocab_size), 0);
+  auto place = [&](int64_t id, const std::string& token, int32_t type) {
+    if (id < 0 || id >= vocab_size) unsupported("token '" + token + "' has id " + std::to_string(id) + ", outside the model's vocabulary");
+    if (out.types[static_cast<size_t>(id)] != 0 && out.tokens[static_cast<size_t>(id)] != token)
+      unsupported("id " + std::to_string(id) + " is both '" + out.tokens[static_cast<size_t>(id)] + "' and '" + token + "'");
+    out.tokens[static_cast<size_t>(id)] = token;
+    out.types[static_cast<size_t>(id)] = type;
+  };
+  for (const auto& [token, id] : model.at("vocab").items()) place(id.get<int64_t>(), token, kNormal);
+  for (const auto& t : doc.value("added_tokens", nlohmann::json::array())) {
+    const std::string content = t.at("content").get<std::string>();
+    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+      if (t.value(flag, false)) unsupported("added token '" + content + "' has " + flag + " (a GGUF vocabulary has no such flag)");
+    place(t.at("id").get<int64_t>(), content, t.value("special", false) ? kControl : kUserDefined);
+  }
+  // An id without a token, or with the "[PADi]" llama.cpp's converter writes for one, is unused.
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    const std::string pad = "[PAD" + std::to_string(i) + "]";
+    if (out.types[i] == 0 || (out.types[i] == kNormal && out.tokens[i] == pad)) out.tokens[i] = pad, out.types[i] = kUnused;
+  }
+  for (const auto& m : model.at("merges")) {
+    const std::string a = m.is_string() ? m.get<std::string>().substr(0, m.get<std::string>().find(' ')) : m.at(0).get<std::string>();
+    const std::string b = m.is_string() ? m.get<std::string>().substr(a.size() + 1) : m.at(1).get<std::string>();
+    if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
+      unsupported("merge ['" + a + "', '" + b + "'] holds a space, which tokenizer.ggml.merges cannot");
+    out.merges.push_back(a + " " + b);
+  }
+  // The post-processor: a TemplateProcessing (alone or in a Sequence beside ByteLevel) of one
+  // special token before the text and one after at most.
+  std::vector<nlohmann::json> processors;
+  const nlohmann::json post = doc.value("post_processor", nlohmann::json());
+  if (!post.is_null()) {
+    if (post.at("type") == "Sequence") processors.assign(post.at("processors").begin(), post.at("processors").end());
+    else processors.push_back(post);
+  }
+  for (const nlohmann::json& p : processors) {
+    if (p.at("type") != "TemplateProcessing") continue;
+    bool after = false;
+    for (const nlohmann::json& piece : p.at("single")) {
+      if (piece.contains("Sequence")) {
+        after = true;
+        continue;
+      }
+      const nlohmann::json& ids = p.at("special_tokens").at(piece.at("SpecialToken").at("id").get<std::string>()).at("ids");
+      int32_t& slot = after ? out.eos : out.bos;
+      if (ids.size() != 1 || slot != -1) unsupported("its post_processor puts more than one token on a side of the text");
+      slot = ids.at(0).get<int32_t>();
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+Gpt2Keys gpt2_keys_of(const std::string& tokenizer_json, const std::string& what, int32_t vocab_size) {
+  auto unsupported = [&](const std::string& why) { refuse(what, why + "; GGUF export cannot write it", ErrorKind::unsupported); };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(tokenizer_json);
+  } catch (const nlohmann::json::exception& e) {
+    refuse(what, std::string("is not JSON: ") + e.what());
+  }
+  // The file loads (lockstep's reader checked it), so its keys have their types; only what GGUF
+  // cannot say is looked at here (a key of another type is still an Error, not a crash).
+  try {
+    return gpt2_keys_of(doc, unsupported, vocab_size);
+  } catch (const nlohmann::json::exception& e) {
+    refuse(what, std::string("cannot be read as a tokenizer.json: ") + e.what());
+  }
+}
 
 GgufVocabulary convert_gguf_vocabulary(const format::GgufFile& f, const std::string& what, int32_t vocab_size) {
   GgufVocabulary out;

@@ -32,4 +32,18 @@ struct GgufVocabulary {
 // and the problem). `vocab_size`: the model's, which the token count must equal.
 GgufVocabulary convert_gguf_vocabulary(const format::GgufFile& file, const std::string& what, int32_t vocab_size);
 
+// The other way, for export-gguf: a tokenizer.json (its text) as the keys of a `gpt2` vocabulary
+// that convert_gguf_vocabulary turns back into a tokenizer of the same ids. Ids without a token
+// (up to `vocab_size`) are "[PADi]" of type 5 (unused), as llama.cpp's converter writes them.
+// Refused (Error(unsupported) naming `what` and the key): a normalizer and pre-tokenizer that are
+// not one of the `pre` names above, an added token with lstrip, rstrip or single_word, a merge whose
+// tokens hold a space, a post-processor other than tokens around the text.
+struct Gpt2Keys {
+  std::string pre;
+  std::vector<std::string> tokens, merges;
+  std::vector<int32_t> types;
+  int32_t bos = -1, eos = -1;  // the tokens the post-processor puts before and after the text; -1: none
+};
+Gpt2Keys gpt2_keys_of(const std::string& tokenizer_json, const std::string& what, int32_t vocab_size);
+
 }  // namespace lockstep::interop

@@ -83,6 +83,35 @@ def gguf(vocab_keys, n_vocab):
     return out
 
 
+def read_keys(path):
+    """The key-value pairs of a GGUF file, {key: value} (arrays as lists)."""
+    data, at = open(path, "rb").read(), 24
+    assert data[:4] == b"GGUF"
+
+    def take(fmt):
+        nonlocal at
+        (v,) = struct.unpack_from(fmt, data, at)
+        at += struct.calcsize(fmt)
+        return v
+
+    def one(vtype):
+        nonlocal at
+        if vtype == STRING:
+            n = take("<Q")
+            at += n
+            return data[at - n:at].decode()
+        if vtype == ARRAY:
+            etype, n = take("<I"), take("<Q")
+            return [one(etype) for _ in range(n)]
+        return take({0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}[vtype])
+
+    out = {}
+    for _ in range(struct.unpack_from("<Q", data, 16)[0]):
+        key = one(STRING)
+        out[key] = one(take("<I"))
+    return out
+
+
 # ---- tokenizer.ggml.* as convert_hf_to_gguf.py writes them ----
 
 def looks_special(token):  # its does_token_look_special
@@ -206,8 +235,51 @@ def test_gpt2_vocabulary_gives_the_original_ids(style, trained, texts, tmp_path)
         assert not os.path.exists(tmp_path / "m" / "chat_template.json")
 
 
+@pytest.mark.parametrize("style", list(STYLE_KEYS))
+def test_export_gguf_writes_the_vocabulary_back(style, trained, texts, tmp_path):
+    """export-gguf of the imported model writes the file's vocabulary keys again (the pre name
+    found from the tokenizer.json's stages), and that file imports to the same ids."""
+    keys, n = gpt2_keys(style_doc(style, trained), style)
+    if style == "llama3":
+        keys["tokenizer.chat_template"] = (STRING, LLAMA3_TEMPLATE)
+    assert import_gguf(gguf(keys, n), tmp_path / "m").returncode == 0
+    done = subprocess.run([BINARY, "export-gguf", str(tmp_path / "m"), "-o", str(tmp_path / "again.gguf")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kv = read_keys(str(tmp_path / "again.gguf"))
+    same = ["model", "pre", "tokens", "token_type", "merges", "eos_token_id", "eot_token_id", "add_bos_token", "add_eos_token"]
+    if keys["tokenizer.ggml.add_bos_token"][1]:
+        same.append("bos_token_id")
+    for key in ["tokenizer.ggml." + k for k in same] + ["tokenizer.chat_template"]:
+        want = keys.get(key)
+        got = kv.get(key)
+        assert (want[1][1] if want and want[0] == ARRAY else want and want[1]) == got, key
+    assert import_gguf(open(tmp_path / "again.gguf", "rb").read(), tmp_path / "again").returncode == 0
+    first, again = (lockstep.Tokenizer.for_model(str(tmp_path / d)) for d in ("m", "again"))
+    for text in texts[::10]:
+        assert first.encode(text, add_special_tokens=True) == again.encode(text, add_special_tokens=True), text[:80]
+
+
+def test_export_gguf_refuses_what_gguf_cannot_say(trained, tmp_path):
+    """A tokenizer.json whose stages are no pre name llama.cpp knows, or an added token with
+    lstrip, is refused by name (the `mixed` style has both)."""
+    vocab, merges = trained
+    hf = str(tmp_path / "hf")
+    from test_import_hf import make_hf  # python/tests: a random LlamaForCausalLM directory
+    make_hf(hf, vocab=len(vocab) + 5)
+    with open(os.path.join(hf, "tokenizer.json"), "w") as f:
+        json.dump(hf_styles.style("mixed", vocab, merges), f)
+    assert subprocess.run([BINARY, "import", "hf", hf, "-o", str(tmp_path / "m"), "--length", "12"]).returncode == 0
+    done = subprocess.run([BINARY, "export-gguf", str(tmp_path / "m"), "-o", str(tmp_path / "x.gguf")],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "tokenizer.json: its normalizer, pre_tokenizer and model.ignore_merges are not those of " \
+        "a tokenizer.ggml.pre llama.cpp names" in done.stderr, done.stderr
+    assert not os.path.exists(tmp_path / "x.gguf")
+
+
 def test_gpt2_vocabulary_against_hugging_face(trained, texts, tmp_path):
-    """The imported tokenizers' ids are Hugging Face's on the original tokenizer.json files."""
+    """The imported tokenizers' ids are Hugging Face's on the original tokenizer.json files, and
+    Hugging Face's on the tokenizer.json files import gguf wrote."""
     npm_oracle.install_or_skip(ORACLE, "tokenizers", "the GGUF vocabulary oracle test")
     for style in STYLE_KEYS:
         doc = style_doc(style, trained)
@@ -218,6 +290,9 @@ def test_gpt2_vocabulary_against_hugging_face(trained, texts, tmp_path):
         answer = run_oracle(ORACLE, os.path.join(path, "tokenizer.json"), texts, [], str(tmp_path))
         bad = [t[:80] for t, plain, special in zip(texts, answer["plain"], answer["special"])
                if tok.encode(t) != plain or tok.encode(t, add_special_tokens=True) != special]
+        # The tokenizer.json written is one Hugging Face reads to the same ids too.
+        written = run_oracle(ORACLE, str(tmp_path / f"{style}-m" / "tokenizer.json"), texts, [], str(tmp_path))
+        bad += [t[:80] for t, a, b in zip(texts, written["special"], answer["special"]) if a != b]
         print(f"\n{style}: {len(texts)} texts, {len(bad)} mismatches")
         assert not bad, (style, bad[:5])
 
