@@ -48,7 +48,7 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
       format::write_gguf_model_directory(dir, m.config, file.bytes(), m.eos_token_ids);
     }
   };
-  if (vocabulary && !vocabulary->file.empty())
+  if (vocabulary && (!vocabulary->file.empty() || !vocabulary->chat_template.empty()))
     interop::write_model_with_tokenizer(
         out, write_model, {vocabulary->file, vocabulary->type, vocabulary->bytes, vocabulary->chat_template});
   else

@@ -35,7 +35,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 enum TokenType : int { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
-enum : uint32_t { kBoolType = 7, kStringType = 8, kArrayType = 9 };
+enum : uint32_t { kBoolType = 7, kStringType = 8 };
 
 [[noreturn]] void refuse(const std::string& what, const std::string& why, ErrorKind kind = ErrorKind::format) {
   throw Error(kind, what + ": " + why);

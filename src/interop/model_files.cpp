@@ -32,10 +32,12 @@ void write_model_with_tokenizer(const std::string& out, const std::function<void
     if (::rename((inner + "/" + name).c_str(), target.file(name).c_str()) != 0)
       throw Error(ErrorKind::io, target.file(name) + ": cannot move the model's files into place");
   ::rmdir(inner.c_str());
-  format::write_file_synced(target.file(tokenizer.file), tokenizer.bytes);
   auto meta = nlohmann::ordered_json::parse(format::read_text_file(target.file("model.json"), size_t{16} << 20));
-  meta["tokenizer"] = {{"type", tokenizer.type}, {"file", tokenizer.file},
-                       {"sha256", sha256_hex(tokenizer.bytes.data(), tokenizer.bytes.size())}};
+  if (!tokenizer.file.empty()) {
+    format::write_file_synced(target.file(tokenizer.file), tokenizer.bytes);
+    meta["tokenizer"] = {{"type", tokenizer.type}, {"file", tokenizer.file},
+                         {"sha256", sha256_hex(tokenizer.bytes.data(), tokenizer.bytes.size())}};
+  }
   if (!tokenizer.chat_template.empty()) {
     format::write_file_synced(target.file("chat_template.json"), tokenizer.chat_template);
     meta["chat_template"] = {{"file", "chat_template.json"},

@@ -8,7 +8,8 @@
 namespace lockstep::interop {
 
 struct TokenizerFiles {
-  std::string file;           // its name in the directory: "tokenizer.model", "tokenizer.json"
+  std::string file;           // its name in the directory: "tokenizer.model", "tokenizer.json"; "" for
+                              // none (a model of bytes with a chat template)
   std::string type;           // model.json's tokenizer type: "sentencepiece", "huggingface"
   std::string bytes;          // its contents
   std::string chat_template;  // chat_template.json's contents; "" for none

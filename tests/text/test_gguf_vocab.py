@@ -441,3 +441,10 @@ def test_a_byte_vocabulary_imports_as_bytes(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "tokenizer  bytes" in done.stdout
     assert "tokenizer" not in json.load(open(tmp_path / "m" / "model.json"))
+    # With a chat template, the template alone is kept beside the bytes.
+    keys["tokenizer.chat_template"] = (STRING, "{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    done = import_gguf(gguf(keys, 256), tmp_path / "t")
+    assert done.returncode == 0, done.stderr
+    meta = json.load(open(tmp_path / "t" / "model.json"))
+    assert "tokenizer" not in meta and meta["chat_template"]["file"] == "chat_template.json"
+    assert json.load(open(tmp_path / "t" / "chat_template.json"))["chat_template"] == keys["tokenizer.chat_template"][1]
