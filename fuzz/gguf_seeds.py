@@ -16,6 +16,22 @@ def kv_u32(k, v): return s(k) + struct.pack("<II", 4, v)
 def kv_f32(k, v): return s(k) + struct.pack("<If", 6, v)
 def kv_str(k, v): return s(k) + struct.pack("<I", 8) + s(v)
 
+def kv_bool(k, v): return s(k) + struct.pack("<I?", 7, v)
+def kv_strs(k, v): return s(k) + struct.pack("<IIQ", 9, 8, len(v)) + b"".join(s(x) for x in v)
+def kv_i32s(k, v): return s(k) + struct.pack("<IIQ", 9, 5, len(v)) + b"".join(struct.pack("<i", x) for x in v)
+def kv_f32s(k, v): return s(k) + struct.pack("<IIQ", 9, 6, len(v)) + b"".join(struct.pack("<f", x) for x in v)
+
+# Vocabularies of V = 5 tokens as llama.cpp's converter writes them: byte-level BPE (gpt2, Llama 3's
+# pre-tokenizer, a merge, a control token and a chat template) and SentencePiece (llama).
+GPT2_VOCAB = [kv_str("tokenizer.ggml.model", "gpt2"), kv_str("tokenizer.ggml.pre", "llama-bpe"),
+              kv_strs("tokenizer.ggml.tokens", ["a", "b", "ab", "\u0120", "<|eot_id|>"]),
+              kv_i32s("tokenizer.ggml.token_type", [1, 1, 1, 1, 3]), kv_strs("tokenizer.ggml.merges", ["a b"]),
+              kv_u32("tokenizer.ggml.eos_token_id", 4), kv_bool("tokenizer.ggml.add_bos_token", False),
+              kv_str("tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}")]
+SPM_VOCAB = [kv_str("tokenizer.ggml.model", "llama"), kv_strs("tokenizer.ggml.tokens", ["<unk>", "<s>", "</s>", "\u2581", "\u2581a"]),
+             kv_f32s("tokenizer.ggml.scores", [0, 0, 0, -1.5, 0]), kv_i32s("tokenizer.ggml.token_type", [2, 3, 3, 1, 1]),
+             kv_u32("tokenizer.ggml.bos_token_id", 1), kv_u32("tokenizer.ggml.eos_token_id", 2)]
+
 def tensor_bytes(rng, ttype, ne):
     per, size = BLOCK.get(ttype, (1, 4))
     n = ne[0] // per * size
@@ -29,12 +45,12 @@ def tensor_bytes(rng, ttype, ne):
         data = bytearray(struct.pack(f"<{n // 2}e", *[rng.uniform(-1, 1) for _ in range(n // 2)]))
     return bytes(data)
 
-def model(mtype, tied=False, mutate=None, version=3):
+def model(mtype, tied=False, mutate=None, version=3, vocab=()):
     rng = random.Random(1)
     kvs = [kv_str("general.architecture", "llama"), kv_u32("general.alignment", 32), kv_u32("llama.context_length", 8),
            kv_u32("llama.embedding_length", D), kv_u32("llama.block_count", 1), kv_u32("llama.feed_forward_length", FF),
            kv_u32("llama.attention.head_count", 2), kv_u32("llama.attention.head_count_kv", 1),
-           kv_f32("llama.rope.freq_base", 10000.0), kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)]
+           kv_f32("llama.rope.freq_base", 10000.0), kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)] + list(vocab)
     ts = [("token_embd.weight", mtype, [D, V]), ("blk.0.attn_norm.weight", 0, [D]), ("blk.0.attn_q.weight", mtype, [D, D]),
           ("blk.0.attn_k.weight", mtype, [D, 16]), ("blk.0.attn_v.weight", mtype, [D, 16]),
           ("blk.0.attn_output.weight", mtype, [D, D]), ("blk.0.ffn_norm.weight", 0, [D]),
@@ -62,6 +78,7 @@ seeds = {
     "bf16.gguf": model(30), "q8_0_tied.gguf": model(8, tied=True), "version2.gguf": model(2, version=2),
     "q4_k.gguf": model(8, mutate=lambda ts: [(n, 12 if "ffn_up" in n else t, ne, d) for n, t, ne, d in ts]),
     "missing.gguf": model(8, mutate=lambda ts: ts[:-2]),
+    "vocab_gpt2.gguf": model(0, vocab=GPT2_VOCAB), "vocab_llama.gguf": model(8, vocab=SPM_VOCAB),
 }
 seeds["truncated.gguf"] = seeds["q8_0.gguf"][:-7]
 for name, data in seeds.items():

@@ -57,7 +57,7 @@ ImportHfResult import_hf(const std::string& dir, const std::string& out, const I
 
 struct ImportGgufOptions {
   int32_t length = 0;     // the window; 0: llama.context_length (at most 65,536)
-  bool ids_only = false;  // import without the file's vocabulary (lockstep does not convert one yet)
+  bool ids_only = false;  // import without the file's vocabulary (a model of token ids)
 };
 
 struct ImportGgufResult {
@@ -67,15 +67,21 @@ struct ImportGgufResult {
   int64_t block_matrices = 0;         // matrices kept as the file's blocks
   bool tied = false;                  // no output.weight: the head is token_embd's rows
   std::string vocabulary;             // tokenizer.ggml.model, "" when the file has none
-  std::vector<int32_t> eos_token_ids; // tokenizer.ggml.eos_token_id
+  std::string pre;                    // tokenizer.ggml.pre of a gpt2 vocabulary
+  std::string tokenizer_file;         // what it became: "tokenizer.json", "tokenizer.model"; "" for
+                                      // none (ids_only, no vocabulary) or the 256 bytes
+  bool chat_template = false;         // tokenizer.chat_template became chat_template.json
+  std::vector<int32_t> eos_token_ids; // tokenizer.ggml.eos_token_id, eot_token_id, eom_token_id
 };
 
 // Reads a GGUF file of llama.cpp's `llama` architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0 tensors)
 // and writes a lockstep model directory at `out` (which must not exist; it appears whole or not
 // at all). With any matrix in blocks the model is of profile lockstep-int8dot-1 and its weights
 // file is a byte copy of the GGUF file (blocks bit for bit); otherwise an f32 model (F16 and BF16
-// widened exactly). A file with a vocabulary is refused unless `ids_only`: lockstep does not yet
-// build its tokenizer from a GGUF vocabulary. Throws Error naming the tensor, key or type it refuses.
+// widened exactly). The file's vocabulary becomes the model's tokenizer (a `gpt2` one a tokenizer.json,
+// a `llama` one a SentencePiece tokenizer.model; docs/FORMAT.md, "GGUF import") and its
+// tokenizer.chat_template the model's chat template, unless `ids_only`. Throws Error naming the
+// tensor, key or type it refuses (another tokenizer.ggml.model or pre among them).
 ImportGgufResult import_gguf(const std::string& file, const std::string& out, const ImportGgufOptions& options = {});
 
 }  // namespace lockstep

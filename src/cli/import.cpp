@@ -32,11 +32,13 @@ Run add_import(CLI::App& app) {
   gg->add_option("FILE", g->dir, "the GGUF file")->required();
   gg->add_option("-o,--output", g->out, "the model directory to write (must not exist)")->required();
   gg->add_option("--length", g->length, "the window (default: llama.context_length, at most 65536)");
-  gg->add_flag("--ids-only", g->ids_only, "import without the file's vocabulary (lockstep does not convert one yet)");
+  gg->add_flag("--ids-only", g->ids_only, "import without the file's vocabulary: a model of token ids");
   gg->footer(
       "Q8_0, Q4_0 and Q5_0 matrices are kept as the file's blocks (the model directory holds a copy of the file)\n"
       "and computed by integer block dot products: profile lockstep-int8dot-1 (docs/ARITHMETIC.md). F16 and BF16\n"
-      "are widened exactly to f32; a file of floats alone becomes an f32 model. Other tensor types are refused.");
+      "are widened exactly to f32; a file of floats alone becomes an f32 model. Other tensor types are refused.\n"
+      "The vocabulary becomes the model's tokenizer: 'gpt2' (pre gpt-2, llama-bpe, qwen2, smollm, default) a\n"
+      "tokenizer.json, 'llama' a SentencePiece tokenizer.model; tokenizer.chat_template its chat template.");
   auto run_gguf = [g] {
     ImportGgufOptions options;
     options.length = g->length;
@@ -50,8 +52,12 @@ Run add_import(CLI::App& app) {
     std::printf("wrote %s: profile %s, vocab %d, window %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d%s\n",
                 g->out.c_str(), r.profile.c_str(), c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads,
                 c.n_kv_heads, c.d_ff, r.tied ? ", head tied to the embedding" : "");
-    std::printf("tokenizer  %s%s\n", tokenizer_line(g->out, c.vocab_size).c_str(),
-                r.vocabulary.empty() ? "" : (" (the file's '" + r.vocabulary + "' vocabulary was left out: --ids-only)").c_str());
+    std::string from;
+    if (!r.vocabulary.empty())
+      from = g->ids_only ? " (the file's '" + r.vocabulary + "' vocabulary was left out: --ids-only)"
+                         : " (from the file's '" + r.vocabulary + "' vocabulary" + (r.pre.empty() ? "" : ", pre '" + r.pre + "'") +
+                               (r.chat_template ? "; its chat template in chat_template.json)" : ")");
+    std::printf("tokenizer  %s%s\n", tokenizer_line(g->out, c.vocab_size).c_str(), from.c_str());
     return 0;
   };
   return [f, gg, run_gguf] {

@@ -4,11 +4,15 @@
 // and key matrices need no permutation; only lockstep's [in, out] matrices are transposed into
 // ggml's order, where ne[0] (the contiguous dimension) is the input.
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "format/gguf.hpp"
+#include "format/mapped_file.hpp"
+#include "interop/gguf_vocab.hpp"
+#include "lockstep/chat_template.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
@@ -104,12 +108,15 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has Llama 3 RoPE scaling (rope_scaling); "
                                             "GGUF export does not write llama.cpp's rope_freqs yet");
   const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(resolved.model_dir);
-  // A tokenizer.json would need llama.cpp's `gpt2` tokenizer with its merges and the name of its
-  // pre-tokenizer regex, which lockstep does not write yet: refused rather than exported wrong.
-  if (tokenizer && std::string_view(tokenizer->type()) != "sentencepiece")
-    throw Error(ErrorKind::unsupported, tokenizer->file() + ": exporting a " + tokenizer->type() +
-                                            " tokenizer (tokenizer.json) to GGUF is not supported yet");
-  if (tokenizer && tokenizer->size() != c.vocab_size)
+  // A tokenizer.json becomes llama.cpp's `gpt2` vocabulary where its stages are those of a
+  // tokenizer.ggml.pre llama.cpp names (interop/gguf_vocab.hpp), else it is refused by name.
+  const bool hf = tokenizer && std::string_view(tokenizer->type()) == "huggingface";
+  std::optional<interop::Gpt2Keys> gpt2;
+  if (hf) {
+    const std::string path = resolved.model_dir + "/" + tokenizer->file();
+    gpt2 = interop::gpt2_keys_of(format::read_text_file(path, size_t{256} << 20), path, c.vocab_size);
+  }
+  if (tokenizer && !hf && tokenizer->size() != c.vocab_size)
     throw Error(ErrorKind::format, resolved.model_dir + ": the tokenizer has " + std::to_string(tokenizer->size()) +
                                        " pieces but the vocabulary " + std::to_string(c.vocab_size) + " ids");
   if (!tokenizer && c.vocab_size != 256)
@@ -133,7 +140,29 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   w.add_u32("general.alignment", 32);
   format::add_llama_config(w, c);
 
-  if (tokenizer) {
+  if (gpt2) {
+    // The ids that end a generation are eos, then eot and eom, as import gguf reads them.
+    const std::span<const int32_t> ends = model->eos_token_ids();
+    if (ends.size() > 3)
+      throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has " + std::to_string(ends.size()) +
+                                              " eos_token_ids; a GGUF file names three (eos, eot, eom)");
+    if (gpt2->eos >= 0 && !ends.empty() && ends[0] != gpt2->eos)
+      throw Error(ErrorKind::unsupported, resolved.model_dir + ": the tokenizer adds token " + std::to_string(gpt2->eos) +
+                                              " after a text but the first of eos_token_ids is " + std::to_string(ends[0]) +
+                                              "; a GGUF file has one tokenizer.ggml.eos_token_id");
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", gpt2->pre);
+    w.add_string_array("tokenizer.ggml.tokens", gpt2->tokens);
+    w.add_i32_array("tokenizer.ggml.token_type", gpt2->types);
+    w.add_string_array("tokenizer.ggml.merges", gpt2->merges);
+    if (gpt2->bos >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(gpt2->bos));
+    if (!ends.empty() || gpt2->eos >= 0)
+      w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(ends.empty() ? gpt2->eos : ends[0]));
+    if (ends.size() > 1) w.add_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(ends[1]));
+    if (ends.size() > 2) w.add_u32("tokenizer.ggml.eom_token_id", static_cast<uint32_t>(ends[2]));
+    w.add_bool("tokenizer.ggml.add_bos_token", gpt2->bos >= 0);
+    w.add_bool("tokenizer.ggml.add_eos_token", gpt2->eos >= 0);
+  } else if (tokenizer) {
     // The SentencePiece vocabulary as llama.cpp's `llama` tokenizer: each piece (spaces as U+2581),
     // its score and type, the special ids; BOS is added as Llama's SentencePiece models expect.
     std::vector<std::string> tokens;
@@ -167,6 +196,9 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     w.add_bool("tokenizer.ggml.add_bos_token", false);
     w.add_bool("tokenizer.ggml.add_eos_token", false);
   }
+  // The chat template, as llama.cpp reads it (import gguf takes it back).
+  if (const std::unique_ptr<ChatTemplate> chat = ChatTemplate::for_model(resolved.model_dir))
+    w.add_string("tokenizer.chat_template", chat->source());
 
   // A vector: one row, always F32 (as llama.cpp's converter keeps norms).
   auto vector = [&](const std::string& gguf_name, int64_t offset, int64_t n) {

@@ -1,10 +1,13 @@
 // lockstep import gguf (lockstep/interop.hpp, docs/FORMAT.md "GGUF import").
 #include <algorithm>
+#include <optional>
 
-#include "format/format_error.hpp"
 #include "format/gguf_model.hpp"
 #include "format/gguf_read.hpp"
 #include "format/mapped_file.hpp"
+#include "interop/gguf_vocab.hpp"
+#include "interop/model_files.hpp"
+#include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
 
@@ -27,19 +30,29 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
   r.tied = std::none_of(gguf.tensors.begin(), gguf.tensors.end(),
                         [](const format::GgufTensor& t) { return t.name == "output.weight"; });
   r.block_matrices = static_cast<int64_t>(m.blocks.size());
-  if (!m.vocabulary.empty() && !options.ids_only)
-    format::refuse(path, "its vocabulary (tokenizer.ggml.model '" + m.vocabulary +
-                             "') is not converted to a lockstep tokenizer yet; import with --ids-only to take and "
-                             "give token ids");
-  if (m.blocks.empty()) {
-    r.profile = profile_name();
-    ModelMetadata meta;
-    meta.eos_token_ids = m.eos_token_ids;
-    write_model_directory(out, m.config, m.parameters, meta);
-  } else {
-    r.profile = int8dot_profile_name();
-    format::write_gguf_model_directory(out, m.config, file.bytes(), m.eos_token_ids);
+  std::optional<interop::GgufVocabulary> vocabulary;
+  if (!m.vocabulary.empty() && !options.ids_only) {
+    vocabulary = interop::convert_gguf_vocabulary(gguf, path, m.config.vocab_size);
+    r.pre = vocabulary->pre;
+    r.tokenizer_file = vocabulary->file;
+    r.chat_template = !vocabulary->chat_template.empty();
+    r.eos_token_ids = m.eos_token_ids = vocabulary->eos_token_ids;
   }
+  r.profile = m.blocks.empty() ? profile_name() : int8dot_profile_name();
+  auto write_model = [&](const std::string& dir) {
+    if (m.blocks.empty()) {
+      ModelMetadata meta;
+      meta.eos_token_ids = m.eos_token_ids;
+      write_model_directory(dir, m.config, m.parameters, meta);
+    } else {
+      format::write_gguf_model_directory(dir, m.config, file.bytes(), m.eos_token_ids);
+    }
+  };
+  if (vocabulary && (!vocabulary->file.empty() || !vocabulary->chat_template.empty()))
+    interop::write_model_with_tokenizer(
+        out, write_model, {vocabulary->file, vocabulary->type, vocabulary->bytes, vocabulary->chat_template});
+  else
+    write_model(out);
   return r;
 }
 

@@ -62,7 +62,12 @@ std::string hf_chat_template_file(const std::string& dir) {
   } else {
     return "";
   }
-  const std::string bos = token_text(cfg, "bos_token", config_path), eos = token_text(cfg, "eos_token", config_path);
+  return chat_template_file(source, token_text(cfg, "bos_token", config_path), token_text(cfg, "eos_token", config_path),
+                            where);
+}
+
+std::string chat_template_file(const std::string& source, const std::string& bos, const std::string& eos,
+                               const std::string& where) {
   ChatTemplate check(source, bos, eos, where);  // refuses what the interpreter lacks, naming it
   nlohmann::ordered_json out;
   out["chat_template"] = source;

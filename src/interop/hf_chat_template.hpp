@@ -14,4 +14,9 @@ namespace lockstep::interop {
 // or a template the interpreter cannot run.
 std::string hf_chat_template_file(const std::string& dir);
 
+// chat_template.json's contents for a template `source` with its special tokens' strings, once
+// lockstep's interpreter has read it (Error naming `where` and the construct it lacks otherwise).
+std::string chat_template_file(const std::string& source, const std::string& bos, const std::string& eos,
+                               const std::string& where);
+
 }  // namespace lockstep::interop

@@ -19,9 +19,6 @@
 #include <set>
 #include <sys/stat.h>
 
-#include <cstdio>
-#include <unistd.h>
-
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
 #include "format/json_text.hpp"
@@ -31,6 +28,7 @@
 #include "interop/hf_chat_template.hpp"
 #include "interop/hf_eos.hpp"
 #include "interop/json_file.hpp"
+#include "interop/model_files.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
@@ -351,8 +349,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   if (!with_tokenizer) {
     write_model_directory(out, c, params, meta);
   } else {
-    // The model directory plus the tokenizer file, named in model.json, appearing whole:
-    // written as a model directory inside the temporary one, moved up, then completed.
+    // The model directory plus the tokenizer file, named in model.json, appearing whole.
     const std::string from = dir + "/" + tokenizer_name;
     const std::string bytes = format::read_text_file(from, size_t{256} << 20);
     if (sha256_hex(bytes.data(), bytes.size()) != tokenizer->sha256()) throw Error(ErrorKind::io, from + ": changed while importing");
@@ -362,26 +359,9 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
     if (hf ? tokenizer->size() > c.vocab_size : tokenizer->size() != c.vocab_size)
       refuse(from, "holds " + std::to_string(tokenizer->size()) + " pieces but config.json's vocab_size is " +
                        std::to_string(c.vocab_size));
-    format::AtomicDirectory target(out);
-    if (format::path_exists(out)) throw Error(ErrorKind::io, out + ": already exists");
-    const std::string inner = target.file("model");
-    write_model_directory(inner, c, params, meta);
-    for (const char* name : {"params.safetensors", "model.json"})
-      if (::rename((inner + "/" + name).c_str(), target.file(name).c_str()) != 0)
-        throw Error(ErrorKind::io, target.file(name) + ": cannot move the model's files into place");
-    ::rmdir(inner.c_str());
-    format::write_file_synced(target.file(tokenizer_name), bytes);
-    auto meta_json = nlohmann::ordered_json::parse(format::read_text_file(target.file("model.json"), size_t{16} << 20));
-    meta_json["tokenizer"] = {{"type", hf ? "huggingface" : "sentencepiece"}, {"file", tokenizer_name},
-                              {"sha256", sha256_hex(bytes.data(), bytes.size())}};
-    if (!chat_template.empty()) {
-      format::write_file_synced(target.file("chat_template.json"), chat_template);
-      meta_json["chat_template"] = {{"file", "chat_template.json"},
-                                    {"sha256", sha256_hex(chat_template.data(), chat_template.size())}};
-    }
-    ::unlink(target.file("model.json").c_str());
-    format::write_file_synced(target.file("model.json"), meta_json.dump(2) + "\n");
-    target.commit();
+    interop::write_model_with_tokenizer(
+        out, [&](const std::string& model_dir) { write_model_directory(model_dir, c, params, meta); },
+        {tokenizer_name, hf ? "huggingface" : "sentencepiece", bytes, chat_template});
   }
   ImportHfResult r;
   r.config = c;

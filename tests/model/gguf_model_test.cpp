@@ -25,10 +25,12 @@
 #include "format/gguf_read.hpp"
 #include "format/half.hpp"
 #include "kernels/ref/ops.hpp"
+#include "lockstep/chat_template.hpp"
 #include "lockstep/interop.hpp"
 #include "lockstep/model.hpp"
 #include "lockstep/prefix_cache.hpp"
 #include "lockstep/session.hpp"
+#include "lockstep/tokenizer.hpp"
 #include "model/model_impl.hpp"
 #include "support/test_util.hpp"
 
@@ -65,6 +67,12 @@ struct TestGguf {
   void u32(const std::string& key, uint32_t v) { put_str(kv, key), put<uint32_t>(kv, 4), put(kv, v), ++n_kv; }
   void f32(const std::string& key, float v) { put_str(kv, key), put<uint32_t>(kv, 6), put(kv, v), ++n_kv; }
   void str(const std::string& key, const std::string& v) { put_str(kv, key), put<uint32_t>(kv, 8), put_str(kv, v), ++n_kv; }
+  template <typename T>
+  void numbers(const std::string& key, uint32_t type, const std::vector<T>& v) {
+    put_str(kv, key), put<uint32_t>(kv, 9), put<uint32_t>(kv, type), put<uint64_t>(kv, v.size());
+    for (T x : v) put(kv, x);
+    ++n_kv;
+  }
   void strings(const std::string& key, const std::vector<std::string>& v) {
     put_str(kv, key), put<uint32_t>(kv, 9), put<uint32_t>(kv, 8), put<uint64_t>(kv, v.size());
     for (const std::string& s : v) put_str(kv, s);
@@ -555,13 +563,68 @@ TEST(GgufImport, BadFilesAreRefusedNamingWhatAndWriteNothing) {
     g.str("general.architecture", "qwen2");
     expect_refused(g.bytes(), {"general.architecture is 'qwen2'; lockstep imports 'llama'"});
   }
-  // A vocabulary lockstep does not convert yet: said, and --ids-only imports the weights.
-  const std::string with_vocab = test_model(false, 4, "llama").file.bytes();
-  expect_refused(with_vocab, {"tokenizer.ggml.model 'llama'", "--ids-only"});
+  // A vocabulary lockstep does not convert: said, and --ids-only imports the weights (the
+  // conversions and their refusals: tests/text/test_gguf_vocab.py).
+  const std::string with_vocab = test_model(false, 4, "bert").file.bytes();
+  expect_refused(with_vocab, {"tokenizer.ggml.model 'bert'", "--ids-only"});
   ImportGgufOptions ids_only;
   ids_only.ids_only = true;
   const std::string dir = import_file(tmp, with_vocab, "ids", ids_only);
   EXPECT_STREQ(Model::load(dir)->profile(), int8dot_profile_name());
+}
+
+// The file's vocabulary becomes the model's tokenizer, here in every build (the sanitizers' too);
+// the conversions against the original tokenizers are tests/text/test_gguf_vocab.py's.
+TEST(GgufImport, TheVocabularyBecomesTheTokenizer) {
+  test::TempDir tmp;
+  const std::string G = "\xC4\xA0", S = "\xE2\x96\x81";  // byte-level BPE's space; SentencePiece's
+  {
+    TestModel m = test_model(false, 8);  // gpt2: merges "a b" then "Ġ ab", a control token at 66
+    std::vector<std::string> tokens = {"a", "b", "ab", G, G + "ab"};
+    std::vector<int32_t> types(67, 5);
+    for (int i = 5; i < 66; ++i) tokens.push_back("[PAD" + std::to_string(i) + "]");
+    tokens.push_back("<|end|>");
+    std::fill(types.begin(), types.begin() + 5, 1);
+    types[66] = 3;
+    TestGguf& g = m.file;
+    g.str("tokenizer.ggml.model", "gpt2");
+    g.str("tokenizer.ggml.pre", "gpt-2");
+    g.strings("tokenizer.ggml.tokens", tokens);
+    g.numbers<int32_t>("tokenizer.ggml.token_type", 5, types);
+    g.strings("tokenizer.ggml.merges", {"a b", G + " ab"});
+    g.u32("tokenizer.ggml.eos_token_id", 66);
+    g.str("tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}");
+    const std::string dir = import_file(tmp, g.bytes(), "gpt2");
+    const auto tok = Tokenizer::for_model(dir);
+    ASSERT_NE(tok, nullptr);
+    EXPECT_STREQ(tok->type(), "huggingface");
+    EXPECT_EQ(tok->encode(" ab abab<|end|>", false), (std::vector<int32_t>{4, 4, 2, 66}));
+    EXPECT_EQ(tok->decode(std::vector<int32_t>{4, 2, 66}), " abab");  // a special token decodes to nothing
+    EXPECT_EQ(ChatTemplate::for_model(dir)->eos_token(), "<|end|>");
+    const auto model = Model::load(dir);
+    EXPECT_EQ(std::vector<int32_t>(model->eos_token_ids().begin(), model->eos_token_ids().end()), std::vector<int32_t>{66});
+  }
+  {
+    TestModel m = test_model(false, 9);  // llama: SentencePiece pieces whose scores order the merges
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", S, "a", "b", S + "a", "ab", S + "ab"};
+    std::vector<float> scores = {0, 0, 0, -3, -4, -5, -1, -2, -0.5f};
+    std::vector<int32_t> types = {2, 3, 3, 1, 1, 1, 1, 1, 1};
+    for (int i = 9; i < 67; ++i) tokens.push_back("[PAD" + std::to_string(i) + "]"), scores.push_back(-1000), types.push_back(5);
+    TestGguf& g = m.file;
+    g.str("tokenizer.ggml.model", "llama");
+    g.strings("tokenizer.ggml.tokens", tokens);
+    g.numbers<float>("tokenizer.ggml.scores", 6, scores);
+    g.numbers<int32_t>("tokenizer.ggml.token_type", 5, types);
+    g.u32("tokenizer.ggml.bos_token_id", 1);
+    g.u32("tokenizer.ggml.eos_token_id", 2);
+    const std::string dir = import_file(tmp, g.bytes(), "llama");
+    const auto tok = Tokenizer::for_model(dir);
+    ASSERT_NE(tok, nullptr);
+    EXPECT_STREQ(tok->type(), "sentencepiece");
+    EXPECT_EQ(tok->encode("ab", true), (std::vector<int32_t>{1, 8}));  // ▁a (-1) first, then ▁ab (-0.5)
+    EXPECT_EQ(tok->encode("a b", false), (std::vector<int32_t>{6, 3, 5}));
+    EXPECT_EQ(tok->decode(std::vector<int32_t>{1, 8, 6}), "ab a");
+  }
 }
 
 // export-gguf of an imported int8dot model writes the very blocks it computes from (a byte-level
@@ -582,8 +645,9 @@ TEST(GgufImport, ExportWritesTheSameBlocks) {
     EXPECT_EQ(it->ne, t.ne) << t.name;
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
   }
-  // And it imports again to the same logits.
-  const std::string dir2 = import_file(tmp, again, "bytes2", ImportGgufOptions{0, true});
+  // And it imports again (its 256 byte strings without merges are the byte vocabulary) to the same logits.
+  const std::string dir2 = import_file(tmp, again, "bytes2");
+  EXPECT_EQ(Tokenizer::for_model(dir2), nullptr);
   const auto ids = test::random_ids(24, 256, 8);
   EXPECT_TRUE(test::same_bits(Model::load(dir)->logits({ids.data(), 1, 24}), Model::load(dir2)->logits({ids.data(), 1, 24})));
 }
