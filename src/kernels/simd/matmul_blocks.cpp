@@ -62,13 +62,24 @@ void MatmulBlocksScalar(const int8_t* qx, const float* dx, int64_t M, const Bloc
 
 constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
 
-// Quad-interleaved vector v of block (g, b) as signed int8: stored, or the nibbles of chunk v / 2
-// (low for even v, high for odd) less 8.
-HWY_INLINE __m256i LoadQuads(const BlockMatrix& w, const uint8_t* block, int v) {
-  if (!w.nibbles) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + v * 32));
-  const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + (v / 2) * 32));
-  const __m256i nibbles = v % 2 == 0 ? chunk : _mm256_srli_epi16(chunk, 4);
-  return _mm256_sub_epi8(_mm256_and_si256(nibbles, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+// The records of a tile's G groups, for a matrix of nibbles (Q4_0) or of int8: group gi's record
+// of block b at rec[gi] + b * kBytes, its kInts integer bytes, then its 8 f16 scales. The layout
+// known at compile time leaves the loops pointer steps (BlockMatrix's accessors, the twin's).
+template <bool kNibbles, int G>
+struct Records {
+  static constexpr int64_t kInts = kNibbles ? 128 : 256;
+  static constexpr int64_t kBytes = kInts + 2 * kBlockGroup;
+  const uint8_t* rec[G];
+  Records(const BlockMatrix& w, int64_t g) {
+    for (int gi = 0; gi < G; ++gi) rec[gi] = w.data.data() + (g + gi) * w.blocks * kBytes;
+  }
+  const uint8_t* ints(int gi, int64_t b) const { return rec[gi] + b * kBytes; }
+  const uint8_t* scales(int gi, int64_t b) const { return rec[gi] + b * kBytes + kInts; }
+};
+
+// Quad-interleaved vector v of a block's int8 integers.
+HWY_INLINE __m256i LoadQuads(const uint8_t* ints, int v) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ints + v * 32));
 }
 
 // Stores the 8 outputs of a group (only the first `cols`).
@@ -82,14 +93,13 @@ HWY_INLINE void StoreGroup(float* out, __m256 acc, int64_t cols) {
   std::memcpy(out, lanes, static_cast<size_t>(cols) * sizeof(float));
 }
 
-// The step of block b for rows [m0, m0 + R) of group g: s = dw * dx (one rounding),
-// acc = fma(float(isum), s, acc) (the conversion exact, |isum| < 2^24).
+// The step of block b for rows [m0, m0 + R) of a group whose block scales are at `scales`:
+// s = dw * dx (one rounding), acc = fma(float(isum), s, acc) (the conversion exact, |isum| < 2^24).
 template <int R>
-HWY_INLINE void ChainStep(const __m256i* isum, const BlockMatrix& w, int64_t g, int64_t b, const float* dx, int64_t m0,
-                          __m256* acc) {
-  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_at(g, b))));  // exact
+HWY_INLINE void ChainStep(const __m256i* isum, const uint8_t* scales, const float* dxb, int64_t blocks, __m256* acc) {
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));  // exact
   for (int r = 0; r < R; ++r) {
-    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[(m0 + r) * w.blocks + b]));
+    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dxb[r * blocks]));
     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);
   }
 }
@@ -100,10 +110,10 @@ HWY_INLINE void StoreRows(const __m256* acc, const BlockMatrix& w, int64_t g, in
   for (int r = 0; r < R; ++r) StoreGroup(y + (m0 + r) * ldy + col0, acc[r], cols);
 }
 
-// Activation quad v of block b of row m, broadcast to every lane.
-HWY_INLINE __m256i Quad(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
+// Activation quad v of a row's block (qb: the block's 32 values), broadcast to every lane.
+HWY_INLINE __m256i Quad(const int8_t* qb, int v) {
   int32_t quad;
-  std::memcpy(&quad, qx + m * K + b * kBlockValues + v * 4, 4);
+  std::memcpy(&quad, qb + v * 4, 4);
   return _mm256_set1_epi32(quad);
 }
 
@@ -119,27 +129,27 @@ struct TileShape {
 // Decoding reads each record once: ask L2 for the records kPrefetchAhead blocks on of each of the
 // tile's groups (past a group's last block that is the next group's first: still a record).
 constexpr int64_t kPrefetchAhead = 32;
-template <int R, int G>
-HWY_INLINE void PrefetchAhead(const BlockMatrix& w, int64_t g, int64_t b) {
+template <int R, bool kNibbles, int G>
+HWY_INLINE void PrefetchAhead(const Records<kNibbles, G>& at, int64_t b) {
   if constexpr (R < 4) {
     for (int gi = 0; gi < G; ++gi) {
-      const char* p = reinterpret_cast<const char*>(w.block(g + gi, b)) + kPrefetchAhead * w.record_bytes();
-      for (int64_t line = 0; line < w.record_bytes(); line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+      const char* p = reinterpret_cast<const char*>(at.ints(gi, b + kPrefetchAhead));
+      for (int64_t line = 0; line < Records<kNibbles, G>::kBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
     }
   }
 }
 
 // Adds the chains of each (group, row) into isum [G][R][0] and runs the block's chain step.
-template <int R, int G, int C>
-HWY_INLINE void FinishBlock(__m256i (&isum)[G][R][C], const BlockMatrix& w, int64_t g, int64_t b, const float* dx,
-                            int64_t m0, __m256 (&acc)[G][R]) {
+template <int R, bool kNibbles, int G, int C>
+HWY_INLINE void FinishBlock(__m256i (&isum)[G][R][C], const Records<kNibbles, G>& at, int64_t b, const float* dxb,
+                            int64_t blocks, __m256 (&acc)[G][R]) {
   for (int gi = 0; gi < G; ++gi) {
     __m256i sum[R];
     for (int r = 0; r < R; ++r) {
       sum[r] = isum[gi][r][0];
       for (int c = 1; c < C; ++c) sum[r] = _mm256_add_epi32(sum[r], isum[gi][r][c]);
     }
-    ChainStep<R>(sum, w, g + gi, b, dx, m0, acc[gi]);
+    ChainStep<R>(sum, at.scales(gi, b), dxb, blocks, acc[gi]);
   }
 }
 
@@ -153,30 +163,33 @@ HWY_INLINE void FinishBlock(__m256i (&isum)[G][R][C], const BlockMatrix& w, int6
 //   so the 8 quads' pair sums add up in int16 (at most 30480) before one madd with ones; each lane
 //   then holds isum + 8 * sum(x), and `xsum` (the block's sum of x, per row) takes 8 * sum(x) off.
 // After the 8 quads lane j holds isum[j] exactly (its chains added: integers, any split).
-template <int R, int G>
+template <int R, int G, bool kNibbles>
 HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
                           int64_t ldy, const int32_t* xsum) {
   constexpr int C = TileShape<R, G>::kChains;
+  const Records<kNibbles, G> at(w, g);
+  const int64_t K = w.K, blocks = w.blocks;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[G][R];
   for (auto& a : acc)
     for (__m256& v : a) v = _mm256_setzero_ps();
-  for (int64_t b = 0; b < w.blocks; ++b) {
-    PrefetchAhead<R, G>(w, g, b);
+  for (int64_t b = 0; b < blocks; ++b) {
+    PrefetchAhead<R>(at, b);
+    const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
     __m256i isum[G][R][C];
     for (auto& a : isum)
       for (auto& r : a)
         for (__m256i& v : r) v = _mm256_setzero_si256();
-    if (w.nibbles) {
+    if constexpr (kNibbles) {
       const __m256i low = _mm256_set1_epi8(15);
       for (int c = 0; c < 4; ++c) {  // int16 pair sums in isum, widened after the block
         __m256i even_x[R], odd_x[R];
         for (int r = 0; r < R; ++r) {
-          even_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c);
-          odd_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c + 1);
+          even_x[r] = Quad(qb + r * K, 2 * c);
+          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
         }
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.block(g + gi, b) + c * 32));
+          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
           const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
           for (int r = 0; r < R; ++r) {
             isum[gi][r][0] = _mm256_add_epi16(isum[gi][r][0], _mm256_maddubs_epi16(even, even_x[r]));
@@ -189,15 +202,15 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
           __m256i pairs = isum[gi][r][0];
           for (int c = 1; c < C; ++c) pairs = _mm256_add_epi16(pairs, isum[gi][r][c]);
           isum[gi][r][0] = _mm256_sub_epi32(_mm256_madd_epi16(pairs, ones),
-                                            _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+                                            _mm256_set1_epi32(8 * xsum[(m0 + r) * blocks + b]));
           for (int c = 1; c < C; ++c) isum[gi][r][c] = _mm256_setzero_si256();
         }
     } else {
       for (int v = 0; v < 8; ++v) {
         __m256i xq[R];
-        for (int r = 0; r < R; ++r) xq[r] = Quad(qx, w.K, m0 + r, b, v);
+        for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i wv = LoadQuads(w, w.block(g + gi, b), v);
+          const __m256i wv = LoadQuads(at.ints(gi, b), v);
           const __m256i aw = _mm256_abs_epi8(wv);
           for (int r = 0; r < R; ++r) {
             const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
@@ -206,7 +219,7 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
         }
       }
     }
-    FinishBlock<R, G, C>(isum, w, g, b, dx, m0, acc);
+    FinishBlock<R>(isum, at, b, dx + m0 * blocks + b, blocks, acc);
   }
   for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
@@ -214,36 +227,40 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr bool kHasVnni = true;
 // AVX-512 VNNI's vpdpbusd (on 256-bit vectors) adds four u8 x s8 products into each int32 lane
-// without saturating. int8 weights: it gets x + 128 (unsigned) and w, and the block's sum of w
-// (vpdpbusd with ones) times 128 is taken back off. Q4_0's nibbles are unsigned already (w + 8): it
-// gets them as they are and x, so each lane holds isum + 8 * sum(x), and `xsum` (the block's sum of
-// x, per row) takes 8 * sum(x) back off. Integers throughout: the same isum. Used where the CPU has
-// the instruction (checked when the table is filled); the tests compare its bits with the others'.
-template <int R, int G>
+// without saturating. int8 weights: it gets x + 128 (unsigned, from `xu`) and w, and the block's
+// sum of w (vpdpbusd with ones) times 128 is taken back off. Q4_0's nibbles are unsigned already
+// (w + 8): it gets them as they are and x, so each lane holds isum + 8 * sum(x), and `xsum` (the
+// block's sum of x, per row) takes 8 * sum(x) back off. Integers throughout: the same isum. Used
+// where the CPU has the instruction (checked when the table is filled); the tests compare its bits
+// with the others'.
+template <int R, int G, bool kNibbles>
 __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const int8_t* qx, const float* dx, int64_t m0,
                                                                           const BlockMatrix& w, int64_t g, float* y,
                                                                           int64_t ldy, const int32_t* xsum,
                                                                           const int8_t* xu) {
   constexpr int C = TileShape<R, G>::kChains;
-  const __m256i low = _mm256_set1_epi8(15);
+  const Records<kNibbles, G> at(w, g);
+  const int64_t K = w.K, blocks = w.blocks;
   __m256 acc[G][R];
   for (auto& a : acc)
     for (__m256& v : a) v = _mm256_setzero_ps();
-  for (int64_t b = 0; b < w.blocks; ++b) {
-    PrefetchAhead<R, G>(w, g, b);
+  for (int64_t b = 0; b < blocks; ++b) {
+    PrefetchAhead<R>(at, b);
     __m256i isum[G][R][C];
     for (auto& a : isum)
       for (auto& r : a)
         for (__m256i& v : r) v = _mm256_setzero_si256();
-    if (w.nibbles) {
+    if constexpr (kNibbles) {
+      const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
+      const __m256i low = _mm256_set1_epi8(15);
       for (int c = 0; c < 4; ++c) {
         __m256i even_x[R], odd_x[R];
         for (int r = 0; r < R; ++r) {
-          even_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c);
-          odd_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c + 1);
+          even_x[r] = Quad(qb + r * K, 2 * c);
+          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
         }
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.block(g + gi, b) + c * 32));
+          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
           const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
           for (int r = 0; r < R; ++r) {
             isum[gi][r][0] = _mm256_dpbusd_epi32(isum[gi][r][0], even, even_x[r]);
@@ -253,19 +270,18 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
       }
       for (int gi = 0; gi < G; ++gi)
         for (int r = 0; r < R; ++r)
-          isum[gi][r][0] = _mm256_sub_epi32(isum[gi][r][0], _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+          isum[gi][r][0] = _mm256_sub_epi32(isum[gi][r][0], _mm256_set1_epi32(8 * xsum[(m0 + r) * blocks + b]));
     } else {
-      // int8 weights with x + 128 (u8, from `xu`): each lane holds isum + 128 * sum(w), and the
-      // weights' own block sums (a dot product with ones) take 128 * sum(w) back off.
+      const int8_t* ub = xu + m0 * K + b * kBlockValues;  // row r's x + 128 at ub + r * K
       const __m256i ones = _mm256_set1_epi8(1);
       __m256i wsum[G][C];
       for (auto& a : wsum)
         for (__m256i& v : a) v = _mm256_setzero_si256();
       for (int v = 0; v < 8; ++v) {
         __m256i xq[R];
-        for (int r = 0; r < R; ++r) xq[r] = Quad(xu, w.K, m0 + r, b, v);
+        for (int r = 0; r < R; ++r) xq[r] = Quad(ub + r * K, v);
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i wv = LoadQuads(w, w.block(g + gi, b), v);
+          const __m256i wv = LoadQuads(at.ints(gi, b), v);
           wsum[gi][v % C] = _mm256_dpbusd_epi32(wsum[gi][v % C], ones, wv);
           for (int r = 0; r < R; ++r) isum[gi][r][v % C] = _mm256_dpbusd_epi32(isum[gi][r][v % C], xq[r], wv);
         }
@@ -277,13 +293,13 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
         for (int r = 0; r < R; ++r) isum[gi][r][0] = _mm256_sub_epi32(isum[gi][r][0], ws);
       }
     }
-    FinishBlock<R, G, C>(isum, w, g, b, dx, m0, acc);
+    FinishBlock<R>(isum, at, b, dx + m0 * blocks + b, blocks, acc);
   }
   for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
 #else
 constexpr bool kHasVnni = false;
-template <int R, int G>
+template <int R, int G, bool kNibbles>
 void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*,
                    const int8_t*) {}
 #endif
@@ -310,9 +326,15 @@ void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMat
   }
   auto tile = [&]<int R, int G>(int64_t m, int64_t g) {
     if constexpr (kVnni) {
-      GroupRowsVnni<R, G>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+      if (w.nibbles) {
+        GroupRowsVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+      } else {
+        GroupRowsVnni<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+      }
+    } else if (w.nibbles) {
+      GroupRows<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data());
     } else {
-      GroupRows<R, G>(qx, dx, m, w, g, y, ldy, xsum.data());
+      GroupRows<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data());
     }
   };
   // Groups outermost, so that a group's records (K / 32 of them, a few KiB) stay in L1 while every
