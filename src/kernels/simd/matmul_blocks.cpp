@@ -7,10 +7,12 @@
 // reference. Rows go in tiles of up to kBlockRows sharing each group's weight loads (prefill);
 // one row (decoding) is a tile of one. Threads split the groups.
 //
-// Highway 1.0.3 has no int8 dot product, so x86 uses AVX2 intrinsics inside Highway's per-target
-// code (AVX2 and AVX-512 targets), and on the AVX-512 targets AVX-512 VNNI's vpdpbusd where the
-// CPU has it; every other target (NEON, SVE, the portable baseline) runs the scalar loops, which
-// compute the same integers (Arm's sdot is not used yet).
+// Highway 1.0.3 has no int8 dot product, so each target uses its own intrinsics inside Highway's
+// per-target code: x86 AVX2's maddubs (AVX2 and AVX-512 targets), and on the AVX-512 targets
+// AVX-512 VNNI's vpdpbusd where the CPU has it; Arm NEON's sdot where the CPU has the dot product
+// (Armv8.2 dotprod), else widening multiplies (vmull_s8, vpadalq_s16); SVE's sdot at any vector
+// length (SVE, SVE2, SVE_256, SVE2_128). The portable baseline runs the scalar loops, which
+// compute the same integers. Kernels::matmul_blocks_kernel names the choice (tests check it).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/matmul_blocks.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
