@@ -247,13 +247,6 @@ HWY_INLINE void RowTiles(int64_t M, const Tile& tile) {
   }
 }
 
-// Activation quad v of block b of row m as one int32 (its four bytes in input order).
-HWY_INLINE int32_t QuadBits(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
-  int32_t quad;
-  std::memcpy(&quad, qx + m * K + b * kBlockValues + v * 4, 4);
-  return quad;
-}
-
 #if HWY_TARGET == HWY_NEON
 // NEON: a group's 8 outputs in two int32x4 / float32x4 halves (outputs 0-3, 4-7); vector v's 32
 // bytes are two int8x16, the first holding outputs 0-3's quads. Where the CPU has the dot product
@@ -277,8 +270,11 @@ HWY_INLINE void LoadQuadsNeon(const BlockMatrix& w, const uint8_t* block, int v,
   }
 }
 
+// Activation quad v of block b of row m in every lane.
 HWY_INLINE int8x16_t QuadNeon(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
-  return vreinterpretq_s8_s32(vdupq_n_s32(QuadBits(qx, K, m, b, v)));
+  int32_t quad;
+  std::memcpy(&quad, qx + m * K + b * kBlockValues + v * 4, 4);
+  return vreinterpretq_s8_s32(vdupq_n_s32(quad));
 }
 
 // The step of block b for rows [m0, m0 + R): s = dw * dx (one rounding), acc = fma(float(isum), s,
@@ -314,30 +310,50 @@ HWY_INLINE void StoreRowsNeon(const float32x4_t (*acc)[2], const BlockMatrix& w,
   }
 }
 
-// Rows [m0, m0 + R) of group g with sdot.
+// Functions that use the dot product: Armv8.2 with dotprod (vdotq_s32's own target in
+// arm_neon.h), and the crypto extension Highway's NEON code is compiled with, so that its inline
+// functions may be inlined here.
+#define LOCKSTEP_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod+crypto")))
+
+// isum + each lane's four products of its weight quads w with quad `lane` of x (sdot by element:
+// the activations' quad taken from a register, no broadcast of its own).
+LOCKSTEP_DOTPROD inline int32x4_t DotLane(int32x4_t isum, int8x16_t w, int8x16_t x, int lane) {
+  switch (lane) {
+    case 0: return vdotq_laneq_s32(isum, w, x, 0);
+    case 1: return vdotq_laneq_s32(isum, w, x, 1);
+    case 2: return vdotq_laneq_s32(isum, w, x, 2);
+    default: return vdotq_laneq_s32(isum, w, x, 3);
+  }
+}
+
+// Rows [m0, m0 + R) of group g with sdot: each row's block of activations in two registers,
+// quad v in lane v % 4 of the (v / 4)th.
 template <int R>
-__attribute__((target("arch=armv8.2-a+dotprod+crypto"))) inline void GroupRowsSdot(const int8_t* qx, const float* dx,
-                                                                              int64_t m0, const BlockMatrix& w,
-                                                                              int64_t g, float* y, int64_t ldy) {
+LOCKSTEP_DOTPROD inline void GroupRowsSdot(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w,
+                                           int64_t g, float* y, int64_t ldy) {
   float32x4_t acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < w.blocks; ++b) {
     const uint8_t* block = w.block(g, b);
     int32x4_t isum[R][2];
-    for (int r = 0; r < R; ++r) isum[r][0] = isum[r][1] = vdupq_n_s32(0);
+    int8x16_t x[R][2];
+    for (int r = 0; r < R; ++r) {
+      isum[r][0] = isum[r][1] = vdupq_n_s32(0);
+      for (int h = 0; h < 2; ++h) x[r][h] = vld1q_s8(qx + (m0 + r) * w.K + b * kBlockValues + h * 16);
+    }
     for (int v = 0; v < 8; ++v) {
       int8x16_t wv[2];
       LoadQuadsNeon(w, block, v, wv);
       for (int r = 0; r < R; ++r) {
-        const int8x16_t x = QuadNeon(qx, w.K, m0 + r, b, v);
-        isum[r][0] = vdotq_s32(isum[r][0], wv[0], x);
-        isum[r][1] = vdotq_s32(isum[r][1], wv[1], x);
+        isum[r][0] = DotLane(isum[r][0], wv[0], x[r][v / 4], v % 4);
+        isum[r][1] = DotLane(isum[r][1], wv[1], x[r][v / 4], v % 4);
       }
     }
     ChainStepNeon<R>(isum, w, g, b, dx, m0, acc);
   }
   StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
 }
+#undef LOCKSTEP_DOTPROD
 
 // Rows [m0, m0 + R) of group g with widening multiplies (Armv8.0).
 template <int R>
@@ -406,9 +422,17 @@ HWY_INLINE svint8_t LoadQuadsSve(const BlockMatrix& w, const uint8_t* at, int v,
   return svsub_n_s8_x(all, svreinterpret_s8_u8(bytes), 8);
 }
 
-// isum + each lane's four products of its weight quad with activation quad v of block b of row m.
+// isum + each lane's four products of its weight quad with activation quad v of block b of row m:
+// sdot by element, whose index picks a quad in each 128-bit segment, from the block's half that
+// holds quad v replicated to every segment (ld1rq).
 HWY_INLINE svint32_t DotQuad(svint32_t isum, svint8_t wv, const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
-  return svdot_s32(isum, wv, svreinterpret_s8_s32(svdup_n_s32(QuadBits(qx, K, m, b, v))));
+  const svint8_t x = svld1rq_s8(svptrue_b8(), qx + m * K + b * kBlockValues + (v / 4) * 16);
+  switch (v % 4) {
+    case 0: return svdot_lane_s32(isum, wv, x, 0);
+    case 1: return svdot_lane_s32(isum, wv, x, 1);
+    case 2: return svdot_lane_s32(isum, wv, x, 2);
+    default: return svdot_lane_s32(isum, wv, x, 3);
+  }
 }
 
 // One row's step of a block: s = dw * dx (one rounding), acc = fma(float(isum), s, acc) (the
