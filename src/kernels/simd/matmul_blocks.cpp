@@ -251,7 +251,8 @@ HWY_INLINE void RowTiles(int64_t M, const Tile& tile) {
 // NEON: a group's 8 outputs in two int32x4 / float32x4 halves (outputs 0-3, 4-7); vector v's 32
 // bytes are two int8x16, the first holding outputs 0-3's quads. Where the CPU has the dot product
 // (Armv8.2 dotprod, FEAT_DotProd; HWCAP_ASIMDDP, checked when the table is filled), sdot adds each
-// output's four products with the broadcast quad into its int32 lane; without it, vmull_s8 widens
+// output's four products with the activation quad (sdot by element) into its int32 lane (int8
+// products summed four at a time into int32: exact, -128 included); without it, vmull_s8 widens
 // the products to int16 (|w x| <= 128 * 128, exact) and vpadalq_s16 adds pairs of them into int32
 // lanes, one pair sum of an output per lane, whose neighbours vpaddq_s32 adds at the block's end.
 // Both give every isum exactly; the f32 chain is the reference's, with vfmaq_f32 (fused).
