@@ -300,7 +300,7 @@ TEST(BlockMatmul, EachTargetRunsTheCpusIntegerDotProduct) {
     for (size_t at = 0; at <= list.size();) {
       const size_t comma = std::min(list.find(',', at), list.size());
       const std::string one = list.substr(at, comma - at);
-      EXPECT_NE(std::find(seen.begin(), seen.end(), one), seen.end())
+      EXPECT_TRUE(std::find(seen.begin(), seen.end(), one) != seen.end())
           << "LOCKSTEP_EXPECT_BLOCK_KERNELS wants " << one << "; this run has " << listed;
       at = comma + 1;
     }
