@@ -127,11 +127,12 @@ std::vector<int64_t> attention_groups(const std::vector<AttentionItem>& items, i
   return begin;
 }
 
-// Rows [t0, t1) of a [*, K] (row stride lda) quantized per block of 32 (ref::quantize_activations)
-// into qx [*, K] and dx [*, K / 32]: the int8dot profile's activations.
-void quantize_rows(const float* a, int64_t lda, int64_t t0, int64_t t1, int64_t K, int8_t* qx, float* dx) {
+// Rows [t0, t1) of a [*, K] (row stride lda) quantized per block of 32 (ref::quantize_activations'
+// bits) into qx [*, K] and dx [*, K / 32]: the int8dot profile's activations.
+void quantize_rows(const Kernels& k, const float* a, int64_t lda, int64_t t0, int64_t t1, int64_t K, int8_t* qx,
+                   float* dx) {
   const int64_t blocks = K / quant::kBlockValues;
-  for (int64_t t = t0; t < t1; ++t) ref::quantize_activations(a + t * lda, K, qx + t * K, dx + t * blocks);
+  k.quantize_activations(a + t0 * lda, lda, t1 - t0, K, qx + t0 * K, dx + t0 * blocks);
 }
 
 // The quantized activations of a phase's input, when the phase that wrote its rows quantized them
@@ -153,7 +154,7 @@ void matmul_blocks_item(const Kernels& k, const float* a, int64_t lda, int64_t M
     thread_local std::vector<float> dx;
     qx.resize(static_cast<size_t>(M * K));
     dx.resize(static_cast<size_t>(M * K / quant::kBlockValues));
-    quantize_rows(a, lda, 0, M, K, qx.data(), dx.data());
+    quantize_rows(k, a, lda, 0, M, K, qx.data(), dx.data());
     q = {qx.data(), dx.data()};
   }
   k.matmul_blocks(q.qx, q.dx, M, *b.blocks, g0, g1, c, ldc);
@@ -360,7 +361,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   // `a`, K wide); the matmul phase after it reads them. One buffer serves every input in turn,
   // each read by the phase after the one that wrote it.
   auto quantize_for = [&](const simd::PackedMatrix& b, const float* a, int64_t K, int64_t t0, int64_t t1) {
-    if (b.blocks) quantize_rows(a, K, t0, t1, K, qx, dx);
+    if (b.blocks) quantize_rows(k, a, K, t0, t1, K, qx, dx);
   };
   auto quantized = [&](const simd::PackedMatrix& b) { return b.blocks ? Quantized{qx, dx} : Quantized{}; };
 

@@ -110,6 +110,38 @@ TEST(BlockQuantization, FollowsTheTextOnHandWorkedBlocks) {
   }
 }
 
+// Every target's quantization of activations gives the reference's integers and scales: rows of
+// random values and the blocks the rule singles out (all zero, ties, subnormals, a subnormal scale
+// whose quotients pass 127), rows read with a stride wider than K, K from one block to 25.
+TEST(BlockQuantization, EveryTargetEqualsTheReference) {
+  int checked = 0;
+  uint64_t seed = 39500;
+  for (const simd::Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;
+    for (int64_t K : {32, 64, 96, 128, 160, 800}) {
+      for (int64_t M : {1, 2, 5}) {
+        const int64_t lda = K + 7;
+        std::vector<float> x = activations(M, lda, seed++);
+        for (int64_t m = 0; m < M; ++m) {  // a subnormal scale rounded down: quotients up to 190
+          x[static_cast<size_t>(m * lda)] = std::bit_cast<float>(uint32_t{190});
+          for (int64_t j = 1; j < std::min<int64_t>(K, 32); ++j)
+            x[static_cast<size_t>(m * lda + j)] = std::bit_cast<float>(static_cast<uint32_t>(j * 6)) * (j % 2 ? -1.0f : 1.0f);
+        }
+        std::vector<int8_t> want_q(static_cast<size_t>(M * K)), got_q(want_q.size(), 99);
+        std::vector<float> want_d(static_cast<size_t>(M * K / 32)), got_d(want_d.size(), -1.0f);
+        for (int64_t m = 0; m < M; ++m)
+          ref::quantize_activations(x.data() + m * lda, K, want_q.data() + m * K, want_d.data() + m * K / 32);
+        k->quantize_activations(x.data(), lda, M, K, got_q.data(), got_d.data());
+        const std::string what = std::string(k->name) + " K=" + std::to_string(K) + " M=" + std::to_string(M);
+        ASSERT_EQ(std::memcmp(got_q.data(), want_q.data(), want_q.size()), 0) << what;
+        test::expect_same(got_d, want_d, what);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(BlockLayouts, ValuesFollowGgufsBitOrder) {
   uint8_t block[34] = {};
   int8_t v[32];

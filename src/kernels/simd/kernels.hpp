@@ -120,6 +120,9 @@ struct Kernels {
   // of a^T @ b over rows split in two, run in order, equal the whole (data-parallel training).
   void (*matmul_at_continue)(const float* a, int64_t lda, int64_t M, const PackedMatrix& b, int64_t p_begin,
                              int64_t p_end, float* c, int64_t ldc, float* scratch) = nullptr;
+  // ref::quantize_activations of rows [0, rows) of x (row stride lda): qx [rows, K] and
+  // dx [rows, K / 32], the reference's bits for every finite row.
+  void (*quantize_activations)(const float* x, int64_t lda, int64_t rows, int64_t K, int8_t* qx, float* dx) = nullptr;
   // ref::matmul_blocks_quantized (profile lockstep-int8dot-1) for the columns of groups
   // [g_begin, g_end) of w: y [M, N] (row stride ldy) from qx [M, K] and dx [M, K / 32], the rows
   // as ref::quantize_activations quantized them. Columns past N are not written.

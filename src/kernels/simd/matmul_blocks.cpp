@@ -87,8 +87,8 @@ HWY_INLINE void StoreGroup(float* out, __m256 acc, int64_t cols) {
   std::memcpy(out, lanes, static_cast<size_t>(cols) * sizeof(float));
 }
 
-// The step of block b for rows [m0, m0 + R): s = dw * dx (one rounding), acc = fma(float(isum), s,
-// acc) (the conversion exact, |isum| < 2^24).
+// The step of block b for rows [m0, m0 + R) of group g: s = dw * dx (one rounding),
+// acc = fma(float(isum), s, acc) (the conversion exact, |isum| < 2^24).
 template <int R>
 HWY_INLINE void ChainStep(const __m256i* isum, const BlockMatrix& w, int64_t g, int64_t b, const float* dx, int64_t m0,
                           __m256* acc) {
@@ -112,110 +112,235 @@ HWY_INLINE __m256i Quad(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v
   return _mm256_set1_epi32(quad);
 }
 
-// Rows [m0, m0 + R) of group g. For each block and each quad v, lane j of the int32 sum gets
-// output j's four products with the broadcast activation quad: maddubs multiplies an unsigned byte
-// by a signed one and adds pairs with int16 saturation, so it gets |w| (128 for -128, exact as
-// unsigned) and x with w's sign (|x| <= 127, so negating never overflows), whose pair sums stay
-// within 2 * 128 * 127 = 32512; madd with ones adds the pairs into int32: after the 8 quads lane
-// j holds isum[j] exactly.
-template <int R>
+// A tile of R rows and G groups. Decoding (R = 1) takes two groups at once with each block's sum
+// in two chains (even and odd quads), so that four independent integer chains and two streams of
+// records are in flight (one group's eight dependent dot products a block left the core waiting
+// on each); prefill's tiles of 4 rows share each weight load four times and need no more.
+template <int R, int G>
+struct TileShape {
+  static constexpr int kChains = R * G >= 4 ? 1 : 2;  // integer chains per (row, group) and block
+};
+
+// Decoding reads each record once: ask L2 for the records kPrefetchAhead blocks on of each of the
+// tile's groups (past a group's last block that is the next group's first: still a record).
+constexpr int64_t kPrefetchAhead = 32;
+template <int R, int G>
+HWY_INLINE void PrefetchAhead(const BlockMatrix& w, int64_t g, int64_t b) {
+  if constexpr (R < 4) {
+    for (int gi = 0; gi < G; ++gi) {
+      const char* p = reinterpret_cast<const char*>(w.block(g + gi, b)) + kPrefetchAhead * w.record_bytes();
+      for (int64_t line = 0; line < w.record_bytes(); line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+    }
+  }
+}
+
+// Adds the chains of each (group, row) into isum [G][R][0] and runs the block's chain step.
+template <int R, int G, int C>
+HWY_INLINE void FinishBlock(__m256i (&isum)[G][R][C], const BlockMatrix& w, int64_t g, int64_t b, const float* dx,
+                            int64_t m0, __m256 (&acc)[G][R]) {
+  for (int gi = 0; gi < G; ++gi) {
+    __m256i sum[R];
+    for (int r = 0; r < R; ++r) {
+      sum[r] = isum[gi][r][0];
+      for (int c = 1; c < C; ++c) sum[r] = _mm256_add_epi32(sum[r], isum[gi][r][c]);
+    }
+    ChainStep<R>(sum, w, g + gi, b, dx, m0, acc[gi]);
+  }
+}
+
+// Rows [m0, m0 + R) of groups [g, g + G). For each block and each quad v, lane j of the int32 sum
+// gets output j's four products with the broadcast activation quad. maddubs multiplies an unsigned
+// byte by a signed one and adds pairs with int16 saturation, which no operand here reaches:
+// - int8 weights: it gets |w| (128 for -128, exact as unsigned) and x with w's sign (|x| <= 127,
+//   so negating never overflows), whose pair sums stay within 2 * 128 * 127 = 32512; madd with
+//   ones adds the pairs into int32, quad by quad.
+// - Q4_0's nibbles (w + 8, unsigned as they are) against x: pair sums within 2 * 15 * 127 = 3810,
+//   so the 8 quads' pair sums add up in int16 (at most 30480) before one madd with ones; each lane
+//   then holds isum + 8 * sum(x), and `xsum` (the block's sum of x, per row) takes 8 * sum(x) off.
+// After the 8 quads lane j holds isum[j] exactly (its chains added: integers, any split).
+template <int R, int G>
 HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
-                          int64_t ldy) {
+                          int64_t ldy, const int32_t* xsum) {
+  constexpr int C = TileShape<R, G>::kChains;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[G][R];
+  for (auto& a : acc)
+    for (__m256& v : a) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.blocks; ++b) {
-    const uint8_t* block = w.block(g, b);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-    for (int v = 0; v < 8; ++v) {
-      const __m256i wv = LoadQuads(w, block, v);
-      const __m256i aw = _mm256_abs_epi8(wv);
-      for (int r = 0; r < R; ++r) {
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv)), ones);
-        isum[r] = _mm256_add_epi32(isum[r], p);
+    PrefetchAhead<R, G>(w, g, b);
+    __m256i isum[G][R][C];
+    for (auto& a : isum)
+      for (auto& r : a)
+        for (__m256i& v : r) v = _mm256_setzero_si256();
+    if (w.nibbles) {
+      const __m256i low = _mm256_set1_epi8(15);
+      for (int c = 0; c < 4; ++c) {  // int16 pair sums in isum, widened after the block
+        __m256i even_x[R], odd_x[R];
+        for (int r = 0; r < R; ++r) {
+          even_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c);
+          odd_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c + 1);
+        }
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.block(g + gi, b) + c * 32));
+          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          for (int r = 0; r < R; ++r) {
+            isum[gi][r][0] = _mm256_add_epi16(isum[gi][r][0], _mm256_maddubs_epi16(even, even_x[r]));
+            isum[gi][r][C - 1] = _mm256_add_epi16(isum[gi][r][C - 1], _mm256_maddubs_epi16(odd, odd_x[r]));
+          }
+        }
+      }
+      for (int gi = 0; gi < G; ++gi)
+        for (int r = 0; r < R; ++r) {
+          __m256i pairs = isum[gi][r][0];
+          for (int c = 1; c < C; ++c) pairs = _mm256_add_epi16(pairs, isum[gi][r][c]);
+          isum[gi][r][0] = _mm256_sub_epi32(_mm256_madd_epi16(pairs, ones),
+                                            _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+          for (int c = 1; c < C; ++c) isum[gi][r][c] = _mm256_setzero_si256();
+        }
+    } else {
+      for (int v = 0; v < 8; ++v) {
+        __m256i xq[R];
+        for (int r = 0; r < R; ++r) xq[r] = Quad(qx, w.K, m0 + r, b, v);
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i wv = LoadQuads(w, w.block(g + gi, b), v);
+          const __m256i aw = _mm256_abs_epi8(wv);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
+            isum[gi][r][v % C] = _mm256_add_epi32(isum[gi][r][v % C], p);
+          }
+        }
       }
     }
-    ChainStep<R>(isum, w, g, b, dx, m0, acc);
+    FinishBlock<R, G, C>(isum, w, g, b, dx, m0, acc);
   }
-  StoreRows<R>(acc, w, g, m0, y, ldy);
+  for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr bool kHasVnni = true;
 // AVX-512 VNNI's vpdpbusd (on 256-bit vectors) adds four u8 x s8 products into each int32 lane
-// without saturating. int8 weights: it gets |w| (unsigned; 128 for -128) and x with w's sign, the
-// maddubs kernel's products in one instruction. Q4_0's nibbles are unsigned already (w + 8): it
+// without saturating. int8 weights: it gets x + 128 (unsigned) and w, and the block's sum of w
+// (vpdpbusd with ones) times 128 is taken back off. Q4_0's nibbles are unsigned already (w + 8): it
 // gets them as they are and x, so each lane holds isum + 8 * sum(x), and `xsum` (the block's sum of
 // x, per row) takes 8 * sum(x) back off. Integers throughout: the same isum. Used where the CPU has
 // the instruction (checked when the table is filled); the tests compare its bits with the others'.
-template <int R>
+template <int R, int G>
 __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const int8_t* qx, const float* dx, int64_t m0,
                                                                           const BlockMatrix& w, int64_t g, float* y,
-                                                                          int64_t ldy, const int32_t* xsum) {
+                                                                          int64_t ldy, const int32_t* xsum,
+                                                                          const int8_t* xu) {
+  constexpr int C = TileShape<R, G>::kChains;
   const __m256i low = _mm256_set1_epi8(15);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[G][R];
+  for (auto& a : acc)
+    for (__m256& v : a) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.blocks; ++b) {
-    const uint8_t* block = w.block(g, b);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    PrefetchAhead<R, G>(w, g, b);
+    __m256i isum[G][R][C];
+    for (auto& a : isum)
+      for (auto& r : a)
+        for (__m256i& v : r) v = _mm256_setzero_si256();
     if (w.nibbles) {
       for (int c = 0; c < 4; ++c) {
-        const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * 32));
-        const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+        __m256i even_x[R], odd_x[R];
         for (int r = 0; r < R; ++r) {
-          isum[r] = _mm256_dpbusd_epi32(isum[r], even, Quad(qx, w.K, m0 + r, b, 2 * c));
-          isum[r] = _mm256_dpbusd_epi32(isum[r], odd, Quad(qx, w.K, m0 + r, b, 2 * c + 1));
+          even_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c);
+          odd_x[r] = Quad(qx, w.K, m0 + r, b, 2 * c + 1);
+        }
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.block(g + gi, b) + c * 32));
+          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          for (int r = 0; r < R; ++r) {
+            isum[gi][r][0] = _mm256_dpbusd_epi32(isum[gi][r][0], even, even_x[r]);
+            isum[gi][r][C - 1] = _mm256_dpbusd_epi32(isum[gi][r][C - 1], odd, odd_x[r]);
+          }
         }
       }
-      for (int r = 0; r < R; ++r)
-        isum[r] = _mm256_sub_epi32(isum[r], _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
-    } else {
-      for (int v = 0; v < 8; ++v) {
-        const __m256i wv = LoadQuads(w, block, v);
-        const __m256i aw = _mm256_abs_epi8(wv);
+      for (int gi = 0; gi < G; ++gi)
         for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_dpbusd_epi32(isum[r], aw, _mm256_sign_epi8(Quad(qx, w.K, m0 + r, b, v), wv));
+          isum[gi][r][0] = _mm256_sub_epi32(isum[gi][r][0], _mm256_set1_epi32(8 * xsum[(m0 + r) * w.blocks + b]));
+    } else {
+      // int8 weights with x + 128 (u8, from `xu`): each lane holds isum + 128 * sum(w), and the
+      // weights' own block sums (a dot product with ones) take 128 * sum(w) back off.
+      const __m256i ones = _mm256_set1_epi8(1);
+      __m256i wsum[G][C];
+      for (auto& a : wsum)
+        for (__m256i& v : a) v = _mm256_setzero_si256();
+      for (int v = 0; v < 8; ++v) {
+        __m256i xq[R];
+        for (int r = 0; r < R; ++r) xq[r] = Quad(xu, w.K, m0 + r, b, v);
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i wv = LoadQuads(w, w.block(g + gi, b), v);
+          wsum[gi][v % C] = _mm256_dpbusd_epi32(wsum[gi][v % C], ones, wv);
+          for (int r = 0; r < R; ++r) isum[gi][r][v % C] = _mm256_dpbusd_epi32(isum[gi][r][v % C], xq[r], wv);
+        }
+      }
+      for (int gi = 0; gi < G; ++gi) {
+        __m256i ws = wsum[gi][0];
+        for (int c = 1; c < C; ++c) ws = _mm256_add_epi32(ws, wsum[gi][c]);
+        ws = _mm256_slli_epi32(ws, 7);
+        for (int r = 0; r < R; ++r) isum[gi][r][0] = _mm256_sub_epi32(isum[gi][r][0], ws);
       }
     }
-    ChainStep<R>(isum, w, g, b, dx, m0, acc);
+    FinishBlock<R, G, C>(isum, w, g, b, dx, m0, acc);
   }
-  StoreRows<R>(acc, w, g, m0, y, ldy);
+  for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
 #else
 constexpr bool kHasVnni = false;
-template <int R>
-void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*) {}
+template <int R, int G>
+void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*,
+                   const int8_t*) {}
 #endif
 
 // Groups [g_begin, g_end), rows in tiles of kBlockRows and a last smaller one.
 template <bool kVnni>
 void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                     float* y, int64_t ldy) {
-  // VNNI over nibbles: each row's block sums of x (integers), once per call.
+  // Over nibbles: each row's block sums of x (integers), once per call.
   thread_local std::vector<int32_t> xsum;
-  if (kVnni && w.nibbles) {
-    xsum.assign(static_cast<size_t>(M * w.blocks), 0);
-    for (int64_t i = 0; i < M * w.K; ++i) xsum[static_cast<size_t>(i / kBlockValues)] += qx[i];
+  if (w.nibbles) {
+    xsum.resize(static_cast<size_t>(M * w.blocks));
+    for (int64_t i = 0; i < M * w.blocks; ++i) {
+      int32_t sum = 0;
+      for (int j = 0; j < kBlockValues; ++j) sum += qx[i * kBlockValues + j];
+      xsum[static_cast<size_t>(i)] = sum;
+    }
   }
-  auto tile = [&]<int R>(int64_t m, int64_t g) {
+  // VNNI over int8 weights: the activations as x + 128 (flipping the sign bit), once per call.
+  thread_local std::vector<int8_t> xu;
+  if (kVnni && !w.nibbles) {
+    xu.resize(static_cast<size_t>(M * w.K));
+    for (int64_t i = 0; i < M * w.K; ++i) xu[static_cast<size_t>(i)] = static_cast<int8_t>(qx[i] ^ -128);
+  }
+  auto tile = [&]<int R, int G>(int64_t m, int64_t g) {
     if constexpr (kVnni) {
-      GroupRowsVnni<R>(qx, dx, m, w, g, y, ldy, xsum.data());
+      GroupRowsVnni<R, G>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
     } else {
-      GroupRows<R>(qx, dx, m, w, g, y, ldy);
+      GroupRows<R, G>(qx, dx, m, w, g, y, ldy, xsum.data());
     }
   };
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    int64_t m = 0;
-    for (; m + kBlockRows <= M; m += kBlockRows) tile.template operator()<kBlockRows>(m, g);
-    switch (M - m) {
-      case 3: tile.template operator()<3>(m, g); break;
-      case 2: tile.template operator()<2>(m, g); break;
-      case 1: tile.template operator()<1>(m, g); break;
+  // Groups outermost, so that a group's records (K / 32 of them, a few KiB) stay in L1 while every
+  // row tile reads them; rows of a last tile of fewer than kBlockRows take two groups at once.
+  const int64_t tail = M % kBlockRows, full = M - tail;
+  auto groups = [&]<int G>(int64_t g) {
+    for (int64_t m = 0; m < full; m += kBlockRows) {
+      if constexpr (kVnni) {  // 32 vector registers: 4 rows of 2 groups share each broadcast
+        tile.template operator()<kBlockRows, G>(m, g);
+      } else {
+        for (int gi = 0; gi < G; ++gi) tile.template operator()<kBlockRows, 1>(m, g + gi);
+      }
+    }
+    switch (tail) {
+      case 3: tile.template operator()<3, G>(full, g); break;
+      case 2: tile.template operator()<2, G>(full, g); break;
+      case 1: tile.template operator()<1, G>(full, g); break;
       default: break;
     }
-  }
+  };
+  int64_t g = g_begin;
+  for (; g + 2 <= g_end; g += 2) groups.template operator()<2>(g);
+  if (g < g_end) groups.template operator()<1>(g);
 }
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,

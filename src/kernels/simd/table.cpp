@@ -21,6 +21,7 @@ namespace HWY_NAMESPACE {
 // Defined in the op-family files for this target.
 void FillMatmul(Kernels& k);
 void FillMatmulBlocks(Kernels& k);
+void FillQuantizeBlocks(Kernels& k);
 void FillNorm(Kernels& k);
 void FillRope(Kernels& k);
 void FillAttention(Kernels& k);
@@ -37,6 +38,7 @@ const Kernels* GetKernels() {
     k.name = HWY_NATIVE_FMA ? hwy::TargetName(HWY_TARGET) : "portable";
     FillMatmul(k);
     FillMatmulBlocks(k);
+    FillQuantizeBlocks(k);
     FillNorm(k);
     FillRope(k);
     FillAttention(k);
