@@ -31,7 +31,7 @@ dir=$1
 shift
 vqs=("$@")
 [ ${#vqs[@]} -gt 0 ] || vqs=(1 2 4 16)
-kernels_filter=${SVE_KERNELS_FILTER:-LaneShapes.*:Matmul.EqualsReferenceForEveryShapeAndTarget:MatmulQ8.*:MatmulQ4.*:BlockMatmul.*:RmsNorm.*:Rope.*:Attention.*:Elementwise.*:CrossEntropy.*:Sampler.*}
+kernels_filter=${SVE_KERNELS_FILTER:-LaneShapes.*:Matmul.EqualsReferenceForEveryShapeAndTarget:MatmulQ8.*:MatmulQ4.*:Block*:RmsNorm.*:Rope.*:Attention.*:Elementwise.*:CrossEntropy.*:Sampler.*}
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 model_filter=${SVE_MODEL_FILTER:-Golden.*}
 # One length: the Targets test (the length seen), the kernel sweeps and the sampler, the sampled
