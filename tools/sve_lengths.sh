@@ -31,7 +31,7 @@ dir=$1
 shift
 vqs=("$@")
 [ ${#vqs[@]} -gt 0 ] || vqs=(1 2 4 16)
-kernels_filter=${SVE_KERNELS_FILTER:-LaneShapes.*:Matmul.EqualsReferenceForEveryShapeAndTarget:MatmulQ8.*:MatmulQ4.*:RmsNorm.*:Rope.*:Attention.*:Elementwise.*:CrossEntropy.*:Sampler.*}
+kernels_filter=${SVE_KERNELS_FILTER:-LaneShapes.*:Matmul.EqualsReferenceForEveryShapeAndTarget:MatmulQ8.*:MatmulQ4.*:Block*:RmsNorm.*:Rope.*:Attention.*:Elementwise.*:CrossEntropy.*:Sampler.*}
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 model_filter=${SVE_MODEL_FILTER:-Golden.*}
 # One length: the Targets test (the length seen), the kernel sweeps and the sampler, the sampled
@@ -57,7 +57,11 @@ run_length() {
   # The arm64 loader and libc from / (cmake/aarch64-linux-gnu.cmake says why not the cross sysroot).
   local qemu=(qemu-aarch64-static -cpu "max,sve-max-vq=$vq,sve-default-vector-length=-1" -L /)
   echo "sve_lengths: $bits-bit SVE (sve-max-vq=$vq): kernels on $targets (--gtest_filter=Targets.*:$kernels_filter)"
-  LOCKSTEP_EXPECT_VECTOR_BITS=$bits LOCKSTEP_TEST_TARGETS=$targets "${qemu[@]}" "$dir/tests/test_arm" \
+  # Every SVE table's integer matmul is its sdot kernel (BlockMatmul.EachTargetRunsTheCpusIntegerDotProduct).
+  local block_kernels
+  block_kernels=$(echo "$targets" | sed 's/\([^,]*\)/\1=sve sdot/g')
+  LOCKSTEP_EXPECT_VECTOR_BITS=$bits LOCKSTEP_TEST_TARGETS=$targets LOCKSTEP_EXPECT_BLOCK_KERNELS=$block_kernels \
+    "${qemu[@]}" "$dir/tests/test_arm" \
     --gtest_filter="Targets.*:$kernels_filter" --gtest_brief=1 || status=$?
   if [ "${SVE_GENERATE:-0}" = 1 ]; then
     # The command itself, as issue 42 ran it; its standard output byte for byte against x86's.

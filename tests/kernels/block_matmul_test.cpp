@@ -5,13 +5,18 @@
 // and a mix of them, batches of 1 to 9 rows and the groups split among 1, 2, 3 and 7 workers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
+#if defined(__aarch64__)
+#include <sys/auxv.h>  // getauxval, HWCAP_ASIMDDP
+#endif
 
 #include "core/thread_pool.hpp"
 #include "kernels/ref/blocks.hpp"
@@ -245,10 +250,15 @@ TEST(BlockMatmul, EveryTargetEqualsReferenceOverShapesBatchesAndThreads) {
       {{BlockType::q4_0, 24}, {BlockType::q8_0, 5}, {BlockType::q5_0, 11}},  // a mix: widened to int8
   };
   const auto all = simd::supported_kernels();
+  ThreadPool pool(7);  // workers started once: starting threads for each case is most of the time under qemu
   uint64_t seed = 39000;
   int checked = 0;
+  std::string targets;  // what was checked, printed at the end
   for (const simd::Kernels* k : all) {
     if (!test::target_under_test(k->name)) continue;
+    const std::string kernel = k->matmul_blocks_kernel;
+    targets += std::string(targets.empty() ? "" : ", ") + k->name + " (" + (kernel == "scalar" ? "" : kernel + ", ") +
+               "scalar)";
     for (const auto& layout : layouts) {
       for (int64_t K : {32, 96, 160, 800}) {
         const Case c = make_case(layout, K, seed);
@@ -264,13 +274,12 @@ TEST(BlockMatmul, EveryTargetEqualsReferenceOverShapesBatchesAndThreads) {
           for (int threads : {1, 2, 3, 7}) {
             for (auto kernel : {k->matmul_blocks, k->matmul_blocks_scalar}) {
               std::vector<float> got(want.size(), -1.0f);
-              std::vector<std::thread> workers;
-              for (int t = 0; t < threads; ++t) {
-                const auto [g0, g1] = static_range(w.groups, t, threads);
-                workers.emplace_back([&, g0 = g0, g1 = g1] { kernel(qx.data(), dx.data(), M, w, g0, g1, got.data(), c.N); });
-              }
-              for (std::thread& t : workers) t.join();
-              const std::string what = std::string(k->name) + (kernel == k->matmul_blocks ? " vector" : " scalar") +
+              pool.run(threads, [&](int t, int n) {
+                const auto [g0, g1] = static_range(w.groups, t, n);
+                kernel(qx.data(), dx.data(), M, w, g0, g1, got.data(), c.N);
+              });
+              const std::string what = std::string(k->name) + " " +
+                                       (kernel == k->matmul_blocks ? k->matmul_blocks_kernel : "scalar") +
                                        " " + quant::block_type_name(layout[0].first) + " parts " +
                                        std::to_string(layout.size()) + " K=" + std::to_string(K) + " N=" +
                                        std::to_string(c.N) + " M=" + std::to_string(M) + " threads " +
@@ -285,6 +294,49 @@ TEST(BlockMatmul, EveryTargetEqualsReferenceOverShapesBatchesAndThreads) {
     }
   }
   EXPECT_GT(checked, 0);
+  std::printf("BlockMatmul: checked %s\n", targets.c_str());
+}
+
+// The integer dot product each table chose is the one the CPU has, and the vector kernel is not
+// the scalar one: a fast kernel the dispatch silently left out fails here. On Arm the NEON table
+// takes sdot where the kernel reports dotprod (HWCAP_ASIMDDP) and widening multiplies otherwise;
+// every SVE table takes sdot. LOCKSTEP_EXPECT_BLOCK_KERNELS ("TARGET=kernel,...", e.g.
+// "NEON=neon sdot") names choices the run must see, tables under test: the Arm stage sets it per
+// emulated CPU, so a CPU that stopped reporting the instruction would fail rather than pass on
+// the other kernel.
+TEST(BlockMatmul, EachTargetRunsTheCpusIntegerDotProduct) {
+  std::vector<std::string> seen;  // "TARGET=kernel"
+  for (const simd::Kernels* k : simd::supported_kernels()) {
+    if (!test::target_under_test(k->name)) continue;
+    const std::string name = k->name, kernel = k->matmul_blocks_kernel;
+    seen.push_back(name + "=" + kernel);
+    std::string want = "scalar";
+#if defined(__aarch64__)
+    if (name == "NEON") want = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0 ? "neon sdot" : "neon widening";
+    if (name.starts_with("SVE")) want = "sve sdot";
+#elif defined(__x86_64__)
+    if (name == "AVX2") want = "avx2 maddubs";
+    if (name == "AVX3" || name == "AVX3_DL")
+      want = __builtin_cpu_supports("avx512vnni") ? "avx512 vnni" : "avx2 maddubs";
+#endif
+    EXPECT_EQ(kernel, want) << name;
+    if (want != "scalar") {
+      EXPECT_NE(k->matmul_blocks, k->matmul_blocks_scalar) << name;
+    }
+  }
+  std::string listed;
+  for (const std::string& one : seen) listed += (listed.empty() ? "" : ", ") + one;
+  std::printf("BlockMatmul: kernels %s\n", listed.c_str());
+  if (const char* expect = std::getenv("LOCKSTEP_EXPECT_BLOCK_KERNELS")) {
+    const std::string list = expect;
+    for (size_t at = 0; at <= list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string one = list.substr(at, comma - at);
+      EXPECT_TRUE(std::find(seen.begin(), seen.end(), one) != seen.end())
+          << "LOCKSTEP_EXPECT_BLOCK_KERNELS wants " << one << "; this run has " << listed;
+      at = comma + 1;
+    }
+  }
 }
 
 // The weights are kept as the file holds them: the packed matrix's integers and scales are the

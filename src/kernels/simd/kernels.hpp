@@ -128,6 +128,10 @@ struct Kernels {
   // as ref::quantize_activations quantized them. Columns past N are not written.
   void (*matmul_blocks)(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
                         int64_t g_end, float* y, int64_t ldy) = nullptr;
+  // Which integer dot product matmul_blocks runs, chosen when the table is filled from what the
+  // CPU has (tests check the choice): "avx2 maddubs", "avx512 vnni", "neon sdot", "neon widening"
+  // (vmull_s8, for Arm CPUs without the dot product), "sve sdot" or "scalar".
+  const char* matmul_blocks_kernel = "scalar";
   // The same one output at a time with scalar integer sums: the portable kernel, kept in every
   // table so that tests and benchmarks can compare a target's vector kernel with it.
   void (*matmul_blocks_scalar)(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,

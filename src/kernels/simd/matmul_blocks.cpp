@@ -7,10 +7,12 @@
 // reference. Rows go in tiles of up to kBlockRows sharing each group's weight loads (prefill);
 // one row (decoding) is a tile of one. Threads split the groups.
 //
-// Highway 1.0.3 has no int8 dot product, so x86 uses AVX2 intrinsics inside Highway's per-target
-// code (AVX2 and AVX-512 targets), and on the AVX-512 targets AVX-512 VNNI's vpdpbusd where the
-// CPU has it; every other target (NEON, SVE, the portable baseline) runs the scalar loops, which
-// compute the same integers (Arm's sdot is not used yet).
+// Highway 1.0.3 has no int8 dot product, so each target uses its own intrinsics inside Highway's
+// per-target code: x86 AVX2's maddubs (AVX2 and AVX-512 targets), and on the AVX-512 targets
+// AVX-512 VNNI's vpdpbusd where the CPU has it; Arm NEON's sdot where the CPU has the dot product
+// (Armv8.2 dotprod), else widening multiplies (vmull_s8, vpadalq_s16); SVE's sdot at any vector
+// length (SVE, SVE2, SVE_256, SVE2_128). The portable baseline runs the scalar loops, which
+// compute the same integers. Kernels::matmul_blocks_kernel names the choice (tests check it).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/matmul_blocks.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -27,6 +29,9 @@
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
+#elif HWY_ARCH_ARM_A64
+#include <arm_neon.h>
+#include <sys/auxv.h>  // getauxval, HWCAP_ASIMDDP
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -371,6 +376,278 @@ void MatmulBlocksVnni(const int8_t* qx, const float* dx, int64_t M, const BlockM
 }
 #endif
 
+#elif HWY_ARCH_ARM_A64 && (HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || \
+                            HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128)
+
+constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
+
+// Rows [0, M) in tiles of kBlockRows and a last smaller one: tile.template operator()<R>(m0).
+template <class Tile>
+HWY_INLINE void RowTiles(int64_t M, const Tile& tile) {
+  int64_t m = 0;
+  for (; m + kBlockRows <= M; m += kBlockRows) tile.template operator()<kBlockRows>(m);
+  switch (M - m) {
+    case 3: tile.template operator()<3>(m); break;
+    case 2: tile.template operator()<2>(m); break;
+    case 1: tile.template operator()<1>(m); break;
+    default: break;
+  }
+}
+
+#if HWY_TARGET == HWY_NEON
+// NEON: a group's 8 outputs in two int32x4 / float32x4 halves (outputs 0-3, 4-7); vector v's 32
+// bytes are two int8x16, the first holding outputs 0-3's quads. Where the CPU has the dot product
+// (Armv8.2 dotprod, FEAT_DotProd; HWCAP_ASIMDDP, checked when the table is filled), sdot adds each
+// output's four products with the activation quad (sdot by element) into its int32 lane (int8
+// products summed four at a time into int32: exact, -128 included); without it, vmull_s8 widens
+// the products to int16 (|w x| <= 128 * 128, exact) and vpadalq_s16 adds pairs of them into int32
+// lanes, one pair sum of an output per lane, whose neighbours vpaddq_s32 adds at the block's end.
+// Both give every isum exactly; the f32 chain is the reference's, with vfmaq_f32 (fused).
+
+// Quad-interleaved vector v of block (g, b) as signed int8, in halves: stored, or the nibbles of
+// chunk v / 2 (low for even v, high for odd) less 8.
+HWY_INLINE void LoadQuadsNeon(const BlockMatrix& w, const uint8_t* block, int v, int8x16_t* half) {
+  for (int h = 0; h < 2; ++h) {
+    if (!w.nibbles) {
+      half[h] = vreinterpretq_s8_u8(vld1q_u8(block + v * 32 + h * 16));
+      continue;
+    }
+    const uint8x16_t chunk = vld1q_u8(block + (v / 2) * 32 + h * 16);
+    const uint8x16_t nibbles = v % 2 == 0 ? vandq_u8(chunk, vdupq_n_u8(15)) : vshrq_n_u8(chunk, 4);
+    half[h] = vsubq_s8(vreinterpretq_s8_u8(nibbles), vdupq_n_s8(8));
+  }
+}
+
+// Activation quad v of block b of row m in every lane.
+HWY_INLINE int8x16_t QuadNeon(const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
+  int32_t quad;
+  std::memcpy(&quad, qx + m * K + b * kBlockValues + v * 4, 4);
+  return vreinterpretq_s8_s32(vdupq_n_s32(quad));
+}
+
+// The step of block b for rows [m0, m0 + R): s = dw * dx (one rounding), acc = fma(float(isum), s,
+// acc) (the f16 widening and the conversion exact, |isum| < 2^24).
+template <int R>
+HWY_INLINE void ChainStepNeon(const int32x4_t (*isum)[2], const BlockMatrix& w, int64_t g, int64_t b,
+                              const float* dx, int64_t m0, float32x4_t (*acc)[2]) {
+  const uint16x8_t bits = vreinterpretq_u16_u8(vld1q_u8(w.scales_at(g, b)));  // little-endian f16
+  const float32x4_t dw[2] = {vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(bits))),
+                             vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(bits)))};
+  for (int r = 0; r < R; ++r) {
+    const float32x4_t x_scale = vdupq_n_f32(dx[(m0 + r) * w.blocks + b]);
+    for (int h = 0; h < 2; ++h)
+      acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(isum[r][h]), vmulq_f32(dw[h], x_scale));
+  }
+}
+
+template <int R>
+HWY_INLINE void StoreRowsNeon(const float32x4_t (*acc)[2], const BlockMatrix& w, int64_t g, int64_t m0, float* y,
+                              int64_t ldy) {
+  const int64_t col0 = g * kBlockGroup, cols = std::min<int64_t>(kBlockGroup, w.N - col0);
+  for (int r = 0; r < R; ++r) {
+    float* out = y + (m0 + r) * ldy + col0;
+    if (cols == kBlockGroup) {
+      vst1q_f32(out, acc[r][0]);
+      vst1q_f32(out + 4, acc[r][1]);
+      continue;
+    }
+    float lanes[kBlockGroup];
+    vst1q_f32(lanes, acc[r][0]);
+    vst1q_f32(lanes + 4, acc[r][1]);
+    std::memcpy(out, lanes, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+// Functions that use the dot product: Armv8.2 with dotprod (vdotq_s32's own target in
+// arm_neon.h), and the crypto extension Highway's NEON code is compiled with, so that its inline
+// functions may be inlined here.
+#define LOCKSTEP_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod+crypto")))
+
+// isum + each lane's four products of its weight quads w with quad `lane` of x (sdot by element:
+// the activations' quad taken from a register, no broadcast of its own).
+LOCKSTEP_DOTPROD inline int32x4_t DotLane(int32x4_t isum, int8x16_t w, int8x16_t x, int lane) {
+  switch (lane) {
+    case 0: return vdotq_laneq_s32(isum, w, x, 0);
+    case 1: return vdotq_laneq_s32(isum, w, x, 1);
+    case 2: return vdotq_laneq_s32(isum, w, x, 2);
+    default: return vdotq_laneq_s32(isum, w, x, 3);
+  }
+}
+
+// Rows [m0, m0 + R) of group g with sdot: each row's block of activations in two registers,
+// quad v in lane v % 4 of the (v / 4)th.
+template <int R>
+LOCKSTEP_DOTPROD inline void GroupRowsSdot(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w,
+                                           int64_t g, float* y, int64_t ldy) {
+  float32x4_t acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    int32x4_t isum[R][2];
+    int8x16_t x[R][2];
+    for (int r = 0; r < R; ++r) {
+      isum[r][0] = isum[r][1] = vdupq_n_s32(0);
+      for (int h = 0; h < 2; ++h) x[r][h] = vld1q_s8(qx + (m0 + r) * w.K + b * kBlockValues + h * 16);
+    }
+    for (int v = 0; v < 8; ++v) {
+      int8x16_t wv[2];
+      LoadQuadsNeon(w, block, v, wv);
+      for (int r = 0; r < R; ++r) {
+        isum[r][0] = DotLane(isum[r][0], wv[0], x[r][v / 4], v % 4);
+        isum[r][1] = DotLane(isum[r][1], wv[1], x[r][v / 4], v % 4);
+      }
+    }
+    ChainStepNeon<R>(isum, w, g, b, dx, m0, acc);
+  }
+  StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
+}
+#undef LOCKSTEP_DOTPROD
+
+// Rows [m0, m0 + R) of group g with widening multiplies (Armv8.0).
+template <int R>
+HWY_INLINE void GroupRowsWidening(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g,
+                                  float* y, int64_t ldy) {
+  float32x4_t acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    int32x4_t pairs[R][4];  // outputs (0, 1), (2, 3), (4, 5), (6, 7): lanes of pair sums
+    for (int r = 0; r < R; ++r)
+      for (int q = 0; q < 4; ++q) pairs[r][q] = vdupq_n_s32(0);
+    for (int v = 0; v < 8; ++v) {
+      int8x16_t wv[2];
+      LoadQuadsNeon(w, block, v, wv);
+      for (int r = 0; r < R; ++r) {
+        const int8x16_t x = QuadNeon(qx, w.K, m0 + r, b, v);
+        for (int h = 0; h < 2; ++h) {
+          pairs[r][2 * h] = vpadalq_s16(pairs[r][2 * h], vmull_s8(vget_low_s8(wv[h]), vget_low_s8(x)));
+          pairs[r][2 * h + 1] = vpadalq_s16(pairs[r][2 * h + 1], vmull_high_s8(wv[h], x));
+        }
+      }
+    }
+    int32x4_t isum[R][2];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < 2; ++h) isum[r][h] = vpaddq_s32(pairs[r][2 * h], pairs[r][2 * h + 1]);
+    ChainStepNeon<R>(isum, w, g, b, dx, m0, acc);
+  }
+  StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
+}
+
+void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
+                      int64_t g_end, float* y, int64_t ldy) {
+  for (int64_t g = g_begin; g < g_end; ++g)
+    RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsSdot<R>(qx, dx, m0, w, g, y, ldy); });
+}
+
+void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                  float* y, int64_t ldy) {
+  for (int64_t g = g_begin; g < g_end; ++g)
+    RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsWidening<R>(qx, dx, m0, w, g, y, ldy); });
+}
+
+#else  // SVE, SVE2, SVE_256, SVE2_128
+// SVE at any vector length (128 to 2048 bits, as the process runs): a tile is svcntw() consecutive
+// columns, lane i column c0 + i, that is output (c0 + i) % 8 of group (c0 + i) / 8. Where a tile is
+// at most one group (128 and 256 bits) its lanes' weight quads and scales are consecutive in the
+// record and load as they are; wider tiles span groups and gather each lane's 4-byte quad word and
+// f16 scale from its group's record (offsets fixed per tile). sdot (base SVE) adds each output's
+// four products with the broadcast activation quad into its lane: isum exactly, at any length.
+// The f32 chain is the reference's: svmul (one rounding), the exact conversions, svmla (fused).
+
+// Quad-interleaved vector v of the tile's block b as signed int8 in each lane's four bytes:
+// stored, or the nibbles of chunk v / 2 (low for even v, high for odd) less 8. `at` is the first
+// group's record; lanes outside `live` are not loaded.
+HWY_INLINE svint8_t LoadQuadsSve(const BlockMatrix& w, const uint8_t* at, int v, svbool_t live, bool contiguous,
+                                 int64_t j0, svuint32_t word_at) {
+  const uint8_t* vector = at + (w.nibbles ? (v / 2) * 32 : v * 32);
+  const svuint32_t words =
+      contiguous ? svld1_u32(live, reinterpret_cast<const uint32_t*>(vector + j0 * 4))
+                 : svld1_gather_u32offset_u32(live, reinterpret_cast<const uint32_t*>(vector), word_at);
+  svuint8_t bytes = svreinterpret_u8_u32(words);
+  if (!w.nibbles) return svreinterpret_s8_u8(bytes);
+  const svbool_t all = svptrue_b8();
+  bytes = v % 2 == 0 ? svand_n_u8_x(all, bytes, 15) : svlsr_n_u8_x(all, bytes, 4);
+  return svsub_n_s8_x(all, svreinterpret_s8_u8(bytes), 8);
+}
+
+// isum + each lane's four products of its weight quad with activation quad v of block b of row m:
+// sdot by element, whose index picks a quad in each 128-bit segment, from the block's half that
+// holds quad v replicated to every segment (ld1rq).
+HWY_INLINE svint32_t DotQuad(svint32_t isum, svint8_t wv, const int8_t* qx, int64_t K, int64_t m, int64_t b, int v) {
+  const svint8_t x = svld1rq_s8(svptrue_b8(), qx + m * K + b * kBlockValues + (v / 4) * 16);
+  switch (v % 4) {
+    case 0: return svdot_lane_s32(isum, wv, x, 0);
+    case 1: return svdot_lane_s32(isum, wv, x, 1);
+    case 2: return svdot_lane_s32(isum, wv, x, 2);
+    default: return svdot_lane_s32(isum, wv, x, 3);
+  }
+}
+
+// One row's step of a block: s = dw * dx (one rounding), acc = fma(float(isum), s, acc) (the
+// conversion exact, |isum| < 2^24; svmla fused).
+HWY_INLINE svfloat32_t ChainStepSve(svbool_t live, svfloat32_t acc, svint32_t isum, svfloat32_t dw, float x_scale) {
+  return svmla_f32_x(live, acc, svcvt_f32_s32_x(live, isum), svmul_n_f32_x(live, dw, x_scale));
+}
+
+// Rows [m0, m0 + R) of the tile of columns starting at c0 (c0 < c_end, the end of the groups
+// asked for).
+template <int R>
+HWY_INLINE void TileRowsSve(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t c0,
+                            int64_t c_end, float* y, int64_t ldy) {
+  const int64_t g0 = c0 / kBlockGroup, j0 = c0 % kBlockGroup;
+  const int64_t lanes = static_cast<int64_t>(svcntw());
+  const bool contiguous = lanes <= kBlockGroup && kBlockGroup % lanes == 0;
+  const svbool_t all = svptrue_b32();
+  const svbool_t live = svwhilelt_b32_s64(c0, c_end);                      // columns of the groups asked for
+  const svbool_t stored = svwhilelt_b32_s64(c0, std::min<int64_t>(c_end, w.N));  // and before N
+  // Byte offsets from the first group's record to lane i's quad word and scale: the group
+  // (j0 + i) / 8 records of `blocks` later, output (j0 + i) % 8 within it.
+  const svuint32_t lane = svindex_u32(static_cast<uint32_t>(j0), 1);
+  const svuint32_t group_offset =
+      svmul_n_u32_x(all, svlsr_n_u32_x(all, lane, 3), static_cast<uint32_t>(w.blocks * w.record_bytes()));
+  const svuint32_t output = svand_n_u32_x(all, lane, 7);
+  const svuint32_t word_at = svadd_u32_x(all, group_offset, svlsl_n_u32_x(all, output, 2));
+  const svuint32_t scale_at =
+      svadd_u32_x(all, svadd_n_u32_x(all, group_offset, static_cast<uint32_t>(w.int_bytes())),
+                  svlsl_n_u32_x(all, output, 1));
+  // Rows in named registers (SVE types make no arrays): row r's only where R > r.
+  const svfloat32_t zero = svdup_n_f32(0.0f);
+  svfloat32_t acc0 = zero, acc1 = zero, acc2 = zero, acc3 = zero;
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* at = w.block(g0, b);
+    svint32_t isum0 = svdup_n_s32(0), isum1 = isum0, isum2 = isum0, isum3 = isum0;
+    for (int v = 0; v < 8; ++v) {
+      const svint8_t wv = LoadQuadsSve(w, at, v, live, contiguous, j0, word_at);
+      isum0 = DotQuad(isum0, wv, qx, w.K, m0, b, v);
+      if constexpr (R > 1) isum1 = DotQuad(isum1, wv, qx, w.K, m0 + 1, b, v);
+      if constexpr (R > 2) isum2 = DotQuad(isum2, wv, qx, w.K, m0 + 2, b, v);
+      if constexpr (R > 3) isum3 = DotQuad(isum3, wv, qx, w.K, m0 + 3, b, v);
+    }
+    const svuint32_t bits =
+        contiguous ? svld1uh_u32(live, reinterpret_cast<const uint16_t*>(at + w.int_bytes() + j0 * 2))
+                   : svld1uh_gather_u32offset_u32(live, reinterpret_cast<const uint16_t*>(at), scale_at);
+    const svfloat32_t dw = svcvt_f32_f16_x(live, svreinterpret_f16_u32(bits));  // exact; f16 in each lane's low half
+    const float* dxb = dx + m0 * w.blocks + b;  // row m0 + r's scale at dxb[r * blocks]
+    acc0 = ChainStepSve(live, acc0, isum0, dw, dxb[0]);
+    if constexpr (R > 1) acc1 = ChainStepSve(live, acc1, isum1, dw, dxb[w.blocks]);
+    if constexpr (R > 2) acc2 = ChainStepSve(live, acc2, isum2, dw, dxb[2 * w.blocks]);
+    if constexpr (R > 3) acc3 = ChainStepSve(live, acc3, isum3, dw, dxb[3 * w.blocks]);
+  }
+  float* out = y + m0 * ldy + c0;
+  svst1_f32(stored, out, acc0);
+  if constexpr (R > 1) svst1_f32(stored, out + ldy, acc1);
+  if constexpr (R > 2) svst1_f32(stored, out + 2 * ldy, acc2);
+  if constexpr (R > 3) svst1_f32(stored, out + 3 * ldy, acc3);
+}
+
+void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
+                  float* y, int64_t ldy) {
+  const int64_t c_end = g_end * kBlockGroup, lanes = static_cast<int64_t>(svcntw());
+  for (int64_t c0 = g_begin * kBlockGroup; c0 < c_end; c0 += lanes)
+    RowTiles(M, [&]<int R>(int64_t m0) { TileRowsSve<R>(qx, dx, m0, w, c0, c_end, y, ldy); });
+}
+#endif
+
 #else  // no integer dot product written for this target yet: the scalar loops
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
@@ -384,6 +661,18 @@ void FillMatmulBlocks(Kernels& k) {
   k.matmul_blocks = &MatmulBlocks;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if (__builtin_cpu_supports("avx512vnni")) k.matmul_blocks = &MatmulBlocksVnni;
+#endif
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  k.matmul_blocks_kernel = k.matmul_blocks == &MatmulBlocks ? "avx2 maddubs" : "avx512 vnni";
+#elif HWY_ARCH_ARM_A64 && HWY_TARGET == HWY_NEON
+  k.matmul_blocks_kernel = "neon widening";
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) {
+    k.matmul_blocks = &MatmulBlocksSdot;
+    k.matmul_blocks_kernel = "neon sdot";
+  }
+#elif HWY_ARCH_ARM_A64 && (HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || \
+                           HWY_TARGET == HWY_SVE2_128)
+  k.matmul_blocks_kernel = "sve sdot";
 #endif
   k.matmul_blocks_scalar = &MatmulBlocksScalar;
 }
