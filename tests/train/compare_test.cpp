@@ -21,15 +21,8 @@ const std::string kBin = LOCKSTEP_BINARY;
 bool has(const std::string& text, const std::string& want) { return text.find(want) != std::string::npos; }
 
 ModelConfig small_config(int32_t vocab = 256) {
-  ModelConfig c;
+  ModelConfig c = test::tiny_config(16);
   c.vocab_size = vocab;
-  c.length = 16;
-  c.d_model = 16;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_ff = 32;
-  c.batch = 2;
   return c;
 }
 
@@ -40,6 +33,13 @@ std::vector<float> perturbed(std::vector<float> params, float scale) {
     params[i] = params[i] * (1.0f + scale * u);
   }
   return params;
+}
+
+// A small random model and a copy with its parameters moved by up to 20%.
+std::pair<std::shared_ptr<const Model>, std::shared_ptr<const Model>> base_and_perturbed() {
+  const ModelConfig c = small_config();
+  const auto params = init_parameters(c, 3);
+  return {Model::from_parameters(c, params), Model::from_parameters(c, perturbed(params, 0.2f))};
 }
 
 std::vector<int32_t> text_ids(int64_t n, uint64_t seed) {
@@ -99,10 +99,7 @@ TEST(CompareModels, AModelAgainstItselfHasNoDivergence) {
 }
 
 TEST(CompareModels, APerturbedCopyMatchesADirectComputation) {
-  const ModelConfig c = small_config();
-  const auto params = init_parameters(c, 3);
-  const auto base = Model::from_parameters(c, params);
-  const auto other = Model::from_parameters(c, perturbed(params, 0.2f));
+  const auto [base, other] = base_and_perturbed();
   const auto ids = text_ids(301, 1);
   int64_t progress_done = 0;
   const ModelComparison r =
@@ -131,10 +128,7 @@ TEST(CompareModels, APerturbedCopyMatchesADirectComputation) {
 }
 
 TEST(CompareModels, SecondHalfWindowsAreLlamaPerplexityChunks) {
-  const ModelConfig c = small_config();
-  const auto params = init_parameters(c, 3);
-  const auto base = Model::from_parameters(c, params);
-  const auto other = Model::from_parameters(c, perturbed(params, 0.2f));
+  const auto [base, other] = base_and_perturbed();
   const auto ids = text_ids(100, 2);
   ComparisonOptions o;
   o.windows = ComparisonWindows::second_half;
