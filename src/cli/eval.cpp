@@ -18,10 +18,17 @@
 namespace lockstep::cli {
 namespace {
 
-// "x ± y" with the precision of llama-perplexity's summary lines.
-std::string plus_minus(double value, double error, int digits = 6) {
+// "x ± y", fixed with `digits` places (perplexities, percentages, as llama-perplexity prints them).
+std::string plus_minus(double value, double error, int digits) {
   char buf[96];
   std::snprintf(buf, sizeof(buf), "%.*f ± %.*f", digits, value, digits, error);
+  return buf;
+}
+
+// "x ± y" to 6 significant digits: KL divergences and log ratios, often far below 1e-6.
+std::string plus_minus_g(double value, double error) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%.6g ± %.3g", value, error);
   return buf;
 }
 
@@ -39,16 +46,16 @@ void print_comparison(const Model& base, const Model& model, const std::string& 
   // PPL's standard error by the delta method: exp(mean) * the mean's error.
   const double ppl_base = std::exp(c.base_nll), ppl_model = std::exp(c.other_nll);
   std::printf("PPL(base)                  %s  (loss %.6f nats, %.6f bits/token)\n",
-              plus_minus(ppl_base, ppl_base * c.base_nll_error).c_str(), c.base_nll, c.base_nll / std::log(2.0));
+              plus_minus(ppl_base, ppl_base * c.base_nll_error, 6).c_str(), c.base_nll, c.base_nll / std::log(2.0));
   std::printf("PPL(model)                 %s  (loss %.6f nats, %.6f bits/token)\n",
-              plus_minus(ppl_model, ppl_model * c.other_nll_error).c_str(), c.other_nll, c.other_nll / std::log(2.0));
-  std::printf("ln(PPL(model)/PPL(base))   %s\n", plus_minus(c.other_nll - c.base_nll, c.nll_difference_error).c_str());
-  std::printf("KL(base||model) mean       %s nats\n", plus_minus(c.kl_mean, c.kl_error).c_str());
-  std::printf("KL maximum                 %.6f\n", c.kl_max);
-  std::printf("KL 99.9%%                   %.6f\n", c.kl_p999);
-  std::printf("KL 99.0%%                   %.6f\n", c.kl_p99);
-  std::printf("KL median                  %.6f\n", c.kl_median);
-  std::printf("KL minimum                 %.6f\n", c.kl_min);
+              plus_minus(ppl_model, ppl_model * c.other_nll_error, 6).c_str(), c.other_nll, c.other_nll / std::log(2.0));
+  std::printf("ln(PPL(model)/PPL(base))   %s\n", plus_minus_g(c.other_nll - c.base_nll, c.nll_difference_error).c_str());
+  std::printf("KL(base||model) mean       %s nats\n", plus_minus_g(c.kl_mean, c.kl_error).c_str());
+  std::printf("KL maximum                 %.6g\n", c.kl_max);
+  std::printf("KL 99.9%%                   %.6g\n", c.kl_p999);
+  std::printf("KL 99.0%%                   %.6g\n", c.kl_p99);
+  std::printf("KL median                  %.6g\n", c.kl_median);
+  std::printf("KL minimum                 %.6g\n", c.kl_min);
   std::printf("top-1 agreement            %s %%\n", plus_minus(100.0 * c.top1_agreement, 100.0 * c.top1_error, 3).c_str());
   std::printf("RMS delta p                %.3f %%\n", 100.0 * c.rms_dp);
 }
