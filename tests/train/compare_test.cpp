@@ -3,12 +3,18 @@
 // over the same windows), llama-perplexity's chunks, and the refusals.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "lockstep/format.hpp"
+#include "lockstep/tokenizer.hpp"
 #include "lockstep/training_run.hpp"
 #include "support/test_util.hpp"
 #include "train/train_support.hpp"
@@ -217,6 +223,53 @@ TEST(CliEvalAgainst, PrintsTheComparisonAndRefusesBadInput) {
     EXPECT_TRUE(has(r.err, b.message)) << b.message << "\n" << r.err;
     EXPECT_EQ(r.out, "") << b.message;
   }
+}
+
+// Gives the model directory `dir` the tokenizer.json at `tokenizer` (model.json's `tokenizer`).
+void attach_tokenizer(const std::string& dir, const std::string& tokenizer) {
+  std::filesystem::copy_file(tokenizer, dir + "/tokenizer.json");
+  const auto sum = test::run_command({"sha256sum", dir + "/tokenizer.json"});
+  ASSERT_EQ(sum.status, 0) << sum.err;
+  nlohmann::json j = nlohmann::json::parse(test::read_file(dir + "/model.json"));
+  j["tokenizer"] = {{"type", "huggingface"}, {"file", "tokenizer.json"}, {"sha256", sum.out.substr(0, 64)}};
+  test::write_file(dir + "/model.json", j.dump(2) + "\n");
+}
+
+TEST(CliEvalAgainst, TokenizersMustBeTheSame) {
+  test::TempDir dir;
+  const auto made = test::run_command(
+      {LOCKSTEP_PYTHON, std::string(LOCKSTEP_SOURCE_DIR) + "/tests/grammar/make_bpe_tokenizer.py", dir / "tokenizer.json"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = Tokenizer::hf_json(dir / "tokenizer.json");
+  } catch (const Error& e) {
+    GTEST_SKIP() << "this build reads no tokenizer.json: " << e.what();
+  }
+  int32_t vocab = 0;
+  std::istringstream(made.out) >> vocab;
+  const ModelConfig c = small_config(vocab);
+  const auto params = init_parameters(c, 2);
+  for (const char* name : {"base", "same", "plain"}) write_model_directory(dir / name, c, params, {});
+  attach_tokenizer(dir / "base", dir / "tokenizer.json");
+  attach_tokenizer(dir / "same", dir / "tokenizer.json");
+  const std::string text = test::text_data(400, 9);
+  test::write_file(dir / "text.txt", text);
+  const size_t tokens = tokenizer->encode(text, false).size();
+
+  // The same tokenizer: the text goes through it.
+  const auto same = test::run_command({kBin, "eval", dir / "same", "--against", dir / "base", "--data", dir / "text.txt"});
+  ASSERT_EQ(same.status, 0) << same.err;
+  EXPECT_TRUE(has(same.out, std::to_string(tokens) + " tokens, " + std::to_string(tokens - 1) + " predictions"))
+      << tokens << "\n" << same.out;
+  EXPECT_TRUE(has(same.out, "KL(base||model) mean       0 ± 0 nats\n")) << same.out;
+  // One without: refused, naming both.
+  const auto r = test::run_command({kBin, "eval", dir / "plain", "--against", dir / "base", "--data", dir / "text.txt"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(has(r.err, "the models read text differently: the base model '" + dir / "base" +
+                             "' has a huggingface tokenizer (tokenizer.json, sha256 "))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "the model '" + dir / "plain" + "' has no tokenizer (its ids are bytes)")) << r.err;
 }
 
 }  // namespace
