@@ -272,5 +272,24 @@ TEST(CliEvalAgainst, TokenizersMustBeTheSame) {
   EXPECT_TRUE(has(r.err, "the model '" + dir / "plain" + "' has no tokenizer (its ids are bytes)")) << r.err;
 }
 
+// export-gguf --type q8_0 writes a matrix whose rows are not a multiple of 32 (w_down of d_ff 40)
+// as F16: the imported int8dot model mixes blocks and floats, loads, and stays near its source.
+TEST(CliEvalAgainst, AGgufOfBlocksAndFloatsLoadsAndCompares) {
+  test::TempDir dir;
+  auto ok = [](const test::CommandResult& r) { return r.status == 0 ? std::string() : r.err; };
+  EXPECT_EQ(ok(test::run_command({kBin, "init", "--seed", "5", "--d-model", "32", "--n-layers", "1", "--n-heads", "2",
+                                  "--d-ff", "40", "--length", "16", "-o", dir / "f32"})),
+            "");
+  EXPECT_EQ(ok(test::run_command({kBin, "export-gguf", dir / "f32", "-o", dir / "m.gguf", "--type", "q8_0"})), "");
+  const auto imported = test::run_command({kBin, "import", "gguf", dir / "m.gguf", "-o", dir / "q8", "--ids-only"});
+  ASSERT_EQ(imported.status, 0) << imported.err;
+  EXPECT_TRUE(has(imported.out, "(Q8_0, F32, F16;")) << imported.out;
+  test::write_file(dir / "text.txt", test::text_data(300, 3));
+  const auto r = test::run_command({kBin, "eval", dir / "q8", "--against", dir / "f32", "--data", dir / "text.txt"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "299 predictions")) << r.out;
+  EXPECT_FALSE(has(r.out, "KL(base||model) mean       0 ± 0 nats\n")) << r.out;
+}
+
 }  // namespace
 }  // namespace lockstep
