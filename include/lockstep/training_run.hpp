@@ -201,7 +201,8 @@ struct ModelComparison {
 };
 // Compares `other` with `base` over `ids` in windows of base's length. Refuses models whose
 // vocab_size differs, an `other` whose window is shorter, an id outside the vocabulary, too few
-// ids for one window, and non-finite logits (naming the model, window and position).
+// ids for one window, and non-finite logits (naming the model, window and position). Holds four
+// f64 a scored position (for the quantiles and standard errors) and one group of windows' logits.
 ModelComparison compare_models(const Model& base, const Model& other, std::span<const int32_t> ids,
                                const ComparisonOptions& options = {}, const EvaluationProgress& progress = {});
 // The ids of a file's text for a comparison of two models: both must read text the same way,
