@@ -170,4 +170,45 @@ ByteEvaluation evaluate_bytes(const Model& model, std::span<const uint8_t> bytes
 ByteEvaluation evaluate_file(const Model& model, const std::string& path, const CallOptions& call = {},
                              const EvaluationProgress& progress = {});
 
+// A comparison of two models' next-token distributions over the same windows (`lockstep eval
+// MODEL --against BASE`, docs/TRAINING.md, "Comparing two models"): for a quantized model
+// against the f32 model it came from, the quantities llama.cpp's `llama-perplexity
+// --kl-divergence` reports. A measurement, not a promised path: each position's statistics are
+// computed in f64 from the two models' f32 logits with the C library's exp and log, and summed
+// in window order.
+enum class ComparisonWindows {
+  every_token,  // evaluate_bytes's windows: length + 1 ids every length, each id after the first predicted once
+  second_half,  // llama-perplexity's chunks: `context` ids each, positions [context/2, context - 1) scored
+};
+struct ComparisonOptions {
+  ComparisonWindows windows = ComparisonWindows::every_token;
+  int32_t context = 0;  // second_half's chunk length, in [3, length]; 0: the models' length
+  CallOptions call;
+};
+// Means with their standard errors (the sample standard deviation over sqrt(n)); P = base's
+// distribution, Q = the other model's, t = the target id.
+struct ModelComparison {
+  int64_t tokens = 0, predictions = 0, windows = 0;
+  int32_t window_tokens = 0;       // ids in a full window
+  int32_t first_scored = 0;        // the first scored position of a window (second_half: context / 2)
+  double base_nll = 0.0, base_nll_error = 0.0;    // mean -ln P(t), nats (ln of the perplexity)
+  double other_nll = 0.0, other_nll_error = 0.0;  // mean -ln Q(t)
+  double nll_difference_error = 0.0;              // of the mean of the paired -ln Q(t) + ln P(t)
+  double kl_mean = 0.0, kl_error = 0.0;           // KL(P || Q) = sum P ln(P / Q), nats
+  double kl_max = 0.0, kl_p999 = 0.0, kl_p99 = 0.0, kl_median = 0.0, kl_min = 0.0;
+  double top1_agreement = 0.0, top1_error = 0.0;  // fraction of positions whose greedy ids agree
+  double rms_dp = 0.0;                            // root mean square of Q(t) - P(t)
+};
+// Compares `other` with `base` over `ids` in windows of base's length. Refuses models whose
+// vocab_size differs, an `other` whose window is shorter, an id outside the vocabulary, too few
+// ids for one window, and non-finite logits (naming the model, window and position). Holds four
+// f64 a scored position (for the quantiles and standard errors) and one group of windows' logits.
+ModelComparison compare_models(const Model& base, const Model& other, std::span<const int32_t> ids,
+                               const ComparisonOptions& options = {}, const EvaluationProgress& progress = {});
+// The ids of a file's text for a comparison of two models: both must read text the same way,
+// with no tokenizer (the bytes are the ids, as evaluate_file reads them) or the same tokenizer
+// file (same type and SHA-256; the text is encoded without special tokens). Refuses, naming the
+// difference, models with different vocab_size or tokenizers, and a missing or empty file.
+std::vector<int32_t> comparison_ids(const Model& base, const Model& other, const std::string& path);
+
 }  // namespace lockstep

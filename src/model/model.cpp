@@ -127,7 +127,9 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   auto release = [&](const simd::PackedMatrix& b, PackedParts parts) {
     if (b.blocks) return;  // the f32 copy stays: the embedding and parameters() read it
     // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
-    if (read_sha256 && !b.q8 && !b.q4)
+    // (An int8dot model's file gives nothing back at read: its F32/F16/BF16 matrices, beside the
+    // blocks, are released here as an f32 model's are.)
+    if (read_sha256 && !blocks && !b.q8 && !b.q4)
       throw Error(ErrorKind::internal, "a matrix given back at read was packed from its f32 values");
     int64_t column0 = 0;
     for (const auto& [offset, N] : parts) {
