@@ -51,7 +51,7 @@ TEST(Cli, BenchTakesThePrefillLengthAndRefusesOneOutsideTheWindow) {
                                     "--prefill", "5"});
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* want : {"forward passes of 1 x 5 positions", "forward, cpu   1 thread", "decode, cpu   1 thread",
-                           "(1-token session loop)"})  // a 11-token prompt in a window of 12
+                           "(1-token session loop)"})  // an 11-token prompt in a window of 12
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   for (const char* bad : {"13", "-1"}) {
     const auto refused = test::run_command({kBin, "bench", m, "--prefill", bad});
