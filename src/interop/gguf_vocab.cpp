@@ -26,7 +26,7 @@
 
 #include "interop/hf_chat_template.hpp"
 #include "lockstep/error.hpp"
-#include "text/hf.hpp"
+#include "text/utf8.hpp"
 #include "text/tokenizer_impl.hpp"
 
 namespace lockstep::interop {
@@ -106,7 +106,7 @@ Keys read_keys(const format::GgufFile& f, const std::string& what, int32_t vocab
   }
   for (size_t i = 0; i < n; ++i) {
     if (k.tokens[i].empty()) refuse(what, "tokenizer.ggml.tokens[" + std::to_string(i) + "] is empty");
-    if (!text::hf::valid_utf8(k.tokens[i])) refuse(what, "tokenizer.ggml.tokens[" + std::to_string(i) + "] is not valid UTF-8");
+    if (!text::valid_utf8(k.tokens[i])) refuse(what, "tokenizer.ggml.tokens[" + std::to_string(i) + "] is not valid UTF-8");
   }
   k.bos = id_key(f, "tokenizer.ggml.bos_token_id", n, what);
   k.eos = id_key(f, "tokenizer.ggml.eos_token_id", n, what);
@@ -507,7 +507,7 @@ GgufVocabulary convert_gguf_vocabulary(const format::GgufFile& f, const std::str
     if (id && std::find(out.eos_token_ids.begin(), out.eos_token_ids.end(), *id) == out.eos_token_ids.end())
       out.eos_token_ids.push_back(*id);
   if (const format::GgufValue* t = f.find("tokenizer.chat_template")) {
-    if (t->type != kStringType || !text::hf::valid_utf8(t->text))
+    if (t->type != kStringType || !text::valid_utf8(t->text))
       refuse(what, "key 'tokenizer.chat_template' is not a string of UTF-8");
     // The template's bos_token and eos_token are those tokens' strings (control tokens' are their text).
     auto text_of = [&](const std::optional<int32_t>& id) { return id ? k.tokens[static_cast<size_t>(*id)] : std::string(); };

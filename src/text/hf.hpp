@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/utf8.hpp"
+
 namespace lockstep::text::hf {
 
 using json = nlohmann::json;
@@ -56,10 +58,9 @@ const std::array<std::string, 256>& byte_chars();
 int byte_of(char32_t c);
 // The first code point of s at `at` and its length in bytes (s is valid UTF-8).
 char32_t next_char(std::string_view s, size_t at, size_t* length);
-// Whether s is valid UTF-8; and Rust's String::from_utf8_lossy (each maximal invalid subpart
-// becomes one U+FFFD), which Hugging Face's decoder uses.
-bool valid_utf8(std::string_view s);
-std::string lossy_utf8(std::string_view bytes);
+// Whether s is valid UTF-8, and Rust's String::from_utf8_lossy (text/utf8.hpp).
+using text::lossy_utf8;
+using text::valid_utf8;
 
 struct Normalizer {
   bool nfc = false;
