@@ -690,7 +690,7 @@ void BM_TwoThreadsVsOne(benchmark::State& state) {
   state.counters["tokens_1t"] = median(one);
   state.counters["tokens_2t"] = median(two);
 }
-BENCHMARK(BM_TwoThreadsVsOne)->Args({0, 2})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({2, 0})
+BENCHMARK(BM_TwoThreadsVsOne)->Args({0, 2})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})->Args({2, 0})
     ->Iterations(9)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -187,6 +187,7 @@ void ThreadPool::drive(int slot, bool owner, uint32_t serial, OwnerTimes* times)
   FloatEnvScope env;
   const FunctionRef<void(int64_t, int64_t, int)>& body = *phase_body_;
   const int64_t phases = n_phases_;
+  const int n = phase_threads_;
   for (int64_t p = 0; p < phases; ++p) {
     if (!owner) {
       // The next phase this worker may take part in; the ones before it are the owner's.
@@ -198,18 +199,22 @@ void ThreadPool::drive(int slot, bool owner, uint32_t serial, OwnerTimes* times)
     const bool timed = times && phase.items > 1;
     const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
     int64_t took = 0;
-    for (int64_t i = phase.next.fetch_add(1, std::memory_order_relaxed); i < phase.items;
-         i = phase.next.fetch_add(1, std::memory_order_relaxed)) {
-      if (!failed_.load(std::memory_order_relaxed)) {
-        try {
-          body(p, i, slot);
-        } catch (...) {
-          std::lock_guard lock(error_mutex_);
-          if (!error_) error_ = std::current_exception();
-          failed_.store(true, std::memory_order_relaxed);
+    // This slot's share first, then the others' in turn.
+    for (int r = 0; r < n; ++r) {
+      Share& share = shares_[p * n + (slot + r) % n];
+      for (int64_t i = share.next.fetch_add(1, std::memory_order_relaxed); i < share.end;
+           i = share.next.fetch_add(1, std::memory_order_relaxed)) {
+        if (!failed_.load(std::memory_order_relaxed)) {
+          try {
+            body(p, i, slot);
+          } catch (...) {
+            std::lock_guard lock(error_mutex_);
+            if (!error_) error_ = std::current_exception();
+            failed_.store(true, std::memory_order_relaxed);
+          }
         }
+        ++took;
       }
-      ++took;
     }
     if (took > 0 && phase.done.fetch_add(took, std::memory_order_acq_rel) + took == phase.items) phase_complete(p);
     if (timed) {
@@ -240,11 +245,19 @@ void ThreadPool::run_phases(int threads, int64_t phases, FunctionRef<int64_t(int
       phases_ = std::make_unique<Phase[]>(static_cast<size_t>(phases));
       phase_capacity_ = phases;
     }
+    if (share_capacity_ < phases * n) {
+      shares_ = std::make_unique<Share[]>(static_cast<size_t>(phases * n));
+      share_capacity_ = phases * n;
+    }
     for (int64_t p = 0; p < phases; ++p) {
-      phases_[p].next.store(0, std::memory_order_relaxed);
       phases_[p].done.store(0, std::memory_order_relaxed);
       phases_[p].items = std::max<int64_t>(0, items(p));
       shared = shared || phases_[p].items > 1;
+      for (int s = 0; s < n; ++s) {
+        const auto [first, end] = static_range(phases_[p].items, s, n);
+        shares_[p * n + s].next.store(first, std::memory_order_relaxed);
+        shares_[p * n + s].end = end;
+      }
     }
   }
   if (shared && solo_jobs_ > 0) {  // backing off after jobs the workers slowed down

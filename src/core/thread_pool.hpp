@@ -64,7 +64,11 @@ class ThreadPool {
   // once for each, every item of phase p starting after every item of phase p - 1 has returned.
   // Items go to whichever participant asks next: the calling thread (slot 0) and each worker
   // 1..threads-1 that wakes while the job is open, so a slot runs on one thread at a time and
-  // per-slot scratch is private. A phase of one item runs on the calling thread (its data is
+  // per-slot scratch is private. Each phase's items are cut into `threads` contiguous shares
+  // (static_range): slot s takes the items of share s first, then helps with the others' (s + 1,
+  // s + 2, ...). On a quiet machine a slot so runs the same part of every phase (the same rows of
+  // a forward pass), and the data one phase wrote is in its own core's caches when the next reads
+  // it; a slot that is late or descheduled leaves its share to the others. A phase of one item runs on the calling thread (its data is
   // there; a worker would only add a hand-over), and a job without a phase of two or more items
   // wakes no worker. Returns when every item has returned; it never waits for a worker that
   // holds no item (one that is descheduled, or wakes late, simply takes none). A worker that
@@ -78,9 +82,13 @@ class ThreadPool {
 
  private:
   struct Phase {
-    alignas(64) std::atomic<int64_t> next{0};  // the next item to hand out
     int64_t items = 0;
     alignas(64) std::atomic<int64_t> done{0};  // items returned
+  };
+  // One slot's share of a phase's items: [first, end), handed out from `next`.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
   };
   void worker_loop(int index, uint64_t seen);
   void ensure_workers(int n);
@@ -114,6 +122,8 @@ class ThreadPool {
   // only for the members (threads between two looks at a counter) to leave.
   std::unique_ptr<Phase[]> phases_;
   int64_t phase_capacity_ = 0;
+  std::unique_ptr<Share[]> shares_;  // phase p's share s at p * phase_threads_ + s
+  int64_t share_capacity_ = 0;
   int64_t n_phases_ = 0;
   int phase_threads_ = 0;
   int solo_jobs_ = 0;  // jobs left to run on the caller alone

@@ -1,9 +1,11 @@
 // The fast forward pass: the reference's arithmetic with SIMD kernels on the thread pool. All
 // rows of a call go through each matmul together (the tokens they compute stacked as the rows of
 // one matrix); each phase cuts its work into items along independent outputs (tokens, (token,
-// head) pairs, column panels), never inside a reduction, handed to whichever thread asks next,
-// and a phase starts when the one before it is complete (ThreadPool::run_phases). A thread that
-// its neighbours deschedule takes fewer items, and holds no one up unless it holds an item.
+// head) pairs, column panels), never inside a reduction; each thread takes its own share of a
+// phase's items first (the same tokens' rows in every phase of a prefill) and then helps the
+// others, and a phase starts when the one before it is complete (ThreadPool::run_phases). A
+// thread that its neighbours deschedule takes fewer items, and holds no one up unless it holds
+// an item.
 // A row may continue from keys and values it computed before (a session or a cached prefix):
 // position t's arithmetic reads positions <= t only, so its bits are the same either way. Every
 // output's bits are the reference's whatever the thread count, the batch, the cache or the SIMD

@@ -21,6 +21,15 @@ namespace lockstep {
 // the FMA latency).
 constexpr int64_t kMatmulWork = 64 << 10;
 constexpr int64_t kItemsPerThread = 8;
+// From this many rows per thread (a prefill), the items are first cut into one row group per
+// thread, then into panel groups: thread s's share (ThreadPool::run_phases) is then row group s,
+// the rows whose inputs its own share of the phase before wrote (the norms, SwiGLU and RoPE cut
+// tokens the same way), so a thread reads its A from its own core's caches and the next phase
+// finds C there; each thread streams all of B instead of its share, which at 64 rows a thread
+// costs about a byte of B per cycle. (s256 prefill of 256 tokens on 2 threads: 1.70x of one
+// thread -> 1.80x, bench/README.md.) Fewer rows (decode, a batch of decoding lanes) are cut
+// into panels first: B's bytes are what they wait for.
+constexpr int64_t kRowsPerThreadForRowGroups = 64;
 struct MatmulItems {
   int64_t panel_groups = 1, row_groups = 1, row_blocks = 1, row_block = 1;
   int64_t panel_unit = 1, units = 1;  // panel groups are made of whole units of panel_unit panels
@@ -38,6 +47,11 @@ inline MatmulItems matmul_items(int64_t M, const simd::PackedMatrix& b, const si
   // multiply-adds (l768 Q4_0 decode on 2 threads 1.04x, best of 3 alternating runs).
   const int64_t work = M * b.K * b.N / (b.blocks && M == 1 ? 4 : 1);
   const int64_t items = n == 1 ? 1 : std::clamp<int64_t>(work / kMatmulWork, 1, kItemsPerThread * n);
+  if (n > 1 && M >= kRowsPerThreadForRowGroups * n && s.row_blocks >= n) {
+    s.row_groups = n;
+    s.panel_groups = std::clamp<int64_t>((items + n - 1) / n, 1, s.units);
+    return s;
+  }
   s.panel_groups = std::clamp<int64_t>(items, 1, s.units);
   s.row_groups = std::clamp<int64_t>((items + s.panel_groups - 1) / s.panel_groups, 1, s.row_blocks);
   return s;
