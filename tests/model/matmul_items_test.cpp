@@ -12,16 +12,22 @@
 namespace lockstep {
 namespace {
 
+// A packed matrix's shape alone: items never read the weights.
+simd::PackedMatrix shape_of(const simd::Kernels& k, int64_t K, int64_t N) {
+  simd::PackedMatrix b;
+  b.K = K;
+  b.N = N;
+  b.panel = k.panel_width;
+  b.panels = (N + b.panel - 1) / b.panel;
+  return b;
+}
+
 TEST(MatmulItems, CoverEveryOutputOnceAndCutDecodeInWholeWideTiles) {
   for (const simd::Kernels* k : simd::supported_kernels()) {
     for (int64_t M : {1, 2, 9, 129, 300}) {
       for (int64_t N : {1, 100, 1024, 3072, 5632}) {
         for (int n : {1, 2, 3, 7}) {
-          simd::PackedMatrix b;  // the shape alone: items never read the weights
-          b.K = 1024;
-          b.N = N;
-          b.panel = k->panel_width;
-          b.panels = (N + b.panel - 1) / b.panel;
+          const simd::PackedMatrix b = shape_of(*k, 1024, N);
           const MatmulItems s = matmul_items(M, b, *k, n);
           const std::string what = std::string(k->name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
                                    " threads=" + std::to_string(n);
@@ -56,11 +62,7 @@ TEST(MatmulItems, PrefillSharesAreWholeRowGroups) {
       for (int64_t M : {kRowsPerThreadForRowGroups * n, int64_t{256}, int64_t{1000}}) {
         if (M < kRowsPerThreadForRowGroups * n) continue;
         for (int64_t N : {32, 256, 2304}) {
-          simd::PackedMatrix b;
-          b.K = 768;
-          b.N = N;
-          b.panel = k->panel_width;
-          b.panels = (N + b.panel - 1) / b.panel;
+          const simd::PackedMatrix b = shape_of(*k, 768, N);
           const MatmulItems s = matmul_items(M, b, *k, n);
           const std::string what = std::string(k->name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
                                    " threads=" + std::to_string(n);
