@@ -1,7 +1,7 @@
 // Attention of a batched decoding step, as lockstep serve's continuous batching runs it: one
 // query per session and head over that session's cached keys and values, for every layer, with
-// each session's cache laid out as a session holds it (per layer: keys transposed [kv_dim][capacity],
-// then values [capacity][kv_dim]). 32 sessions of s256 hold 96 MiB of cache, so the keys and
+// each session's cache laid out as a session holds it (per layer: keys in blocks of 16 positions
+// [capacity / 16][kv_dim][16], then values [capacity][kv_dim]). 32 sessions of s256 hold 96 MiB of cache, so the keys and
 // values come from beyond the L2 cache, as in the server; one session's stay in it (the kernel's
 // own cost). Args {shape (0: s256, 1: l768), keys per query, sessions}; counters: multiply-adds
 // (of QK^T and PV) per second, and nanoseconds per (query, head).
@@ -37,8 +37,8 @@ void BM_DecodeAttention(benchmark::State& state) {
         const float* kt = cache.data() + (s * layers + l) * layer_stride;
         const float* v = kt + capacity * kv_dim;
         for (int64_t h = 0; h < heads; ++h)
-          k.attention_queries(qkv.data() + s * qkv_ld + h * hd, qkv_ld, &keys, 1, kt + h * hd * capacity, capacity,
-                              v + h * hd, kv_dim, static_cast<int32_t>(hd), scale, out.data() + s * kv_dim + h * hd,
+          k.attention_queries(qkv.data() + s * qkv_ld + h * hd, qkv_ld, &keys, 1, kt + h * hd * simd::kKeysPerBlock,
+                              simd::key_block_stride(kv_dim), v + h * hd, kv_dim, static_cast<int32_t>(hd), scale, out.data() + s * kv_dim + h * hd,
                               kv_dim, scratch.data());
       }
     benchmark::DoNotOptimize(out.data());

@@ -129,7 +129,7 @@ BENCHMARK(BM_MatmulAt)->Args({256, 2048, 768})->Args({768, 2048, 256})->Unit(ben
 // heads of head_dim 32; q, k and v in training's per-head rows ([row][head][T][head_dim]), dout
 // and the gradients in its fused row layouts, so that each (row, head) reads from L3 as in a
 // training step. Modes: 0, the forward as three queries at a time (attention_queries over
-// transposed keys, as inference's prefill runs it: the yardstick); 1, training's forward
+// keys in blocks of 16 positions, as inference's prefill runs it: the yardstick); 1, training's forward
 // (attention_sequence); 2, the backward (attention_backward). flops: 2 per multiply-add over
 // the t + 1 keys of each query, of two products forward (QK^T, PV) and five backward (QK^T
 // again, dP = dO V^T, dQ, dK, dV).
@@ -142,10 +142,10 @@ void BM_Attention(benchmark::State& state) {
   const auto dout = random_vector(R * qd, 4);
   std::vector<float> kt(static_cast<size_t>(R * qd)), out(static_cast<size_t>(R * qd)),
       dqkv(static_cast<size_t>(R * qkv_ld));
-  for (int64_t u = 0; u < rows * heads; ++u)  // kt [row][head][hd][T]
+  for (int64_t u = 0; u < rows * heads; ++u)  // kt [row][head][T / 16][hd][16]
     for (int64_t t = 0; t < T; ++t)
       for (int64_t e = 0; e < hd; ++e)
-        kt[static_cast<size_t>((u * hd + e) * T + t)] = kk[static_cast<size_t>((u * T + t) * hd + e)];
+        kt[static_cast<size_t>(u * hd * T + t / 16 * hd * 16 + e * 16 + t % 16)] = kk[static_cast<size_t>((u * T + t) * hd + e)];
   std::vector<float> scratch(static_cast<size_t>(std::max(
       {k.attention_backward_scratch(T, 1, hd), k.attention_sequence_scratch(T, hd), int64_t{3} * T})));
   const float scale = 0.17677669f;
@@ -165,8 +165,8 @@ void BM_Attention(benchmark::State& state) {
           for (int64_t t = 0; t < T; t += 3) {
             const int64_t keys[3] = {t + 1, t + 2, t + 3};
             const int count = static_cast<int>(std::min<int64_t>(3, T - t));
-            k.attention_queries(qh + t * hd, hd, keys, count, kt.data() + u * hd * T, T, vh, hd, hd, scale, o + t * qd,
-                                qd, scratch.data());
+            k.attention_queries(qh + t * hd, hd, keys, count, kt.data() + u * hd * T, simd::key_block_stride(hd), vh, hd,
+                                hd, scale, o + t * qd, qd, scratch.data());
           }
         }
       }

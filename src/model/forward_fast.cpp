@@ -30,14 +30,21 @@ namespace {
 
 using simd::Kernels;
 
-// Where one row's keys and values live: layer l's keys at keys + l * layer_stride (transposed,
-// row stride ld = capacity), its values at values + l * layer_stride ([capacity][kv_dim]).
+// Where one row's keys and values live: layer l's keys at keys + l * key_layer_stride (in blocks
+// of 16 positions, simd::kKeysPerBlock: [capacity / 16][kv_dim][16]), its values at values + l *
+// value_layer_stride ([capacity][kv_dim]). Both strides are 0 for a fresh row: one layer's
+// scratch, reused by every layer.
 struct KvView {
   float* keys = nullptr;
   float* values = nullptr;
-  int64_t layer_stride = 0;  // 0 for a fresh row: one layer's scratch, reused by every layer
-  int64_t ld = 0;
+  int64_t key_layer_stride = 0;
+  int64_t value_layer_stride = 0;
 };
+
+// Scratch floats of a fresh row's keys (whole blocks) and values for one layer, n positions.
+int64_t fresh_kv_floats(int64_t n, int64_t kv_dim) {
+  return simd::key_blocks(n) * simd::key_block_stride(kv_dim) + n * kv_dim;
+}
 
 // The tokens a call computes: row r's positions [start[r], end[r]) are tokens
 // [first[r], first[r] + end[r] - start[r]).
@@ -68,14 +75,12 @@ Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, 
     if (w.cache) {
       v.keys = w.cache->keys();
       v.values = w.cache->values();
-      v.layer_stride = static_cast<int64_t>(w.cache->capacity) * kv_dim;
-      v.ld = w.cache->capacity;
+      v.key_layer_stride = simd::key_blocks(w.cache->capacity) * simd::key_block_stride(kv_dim);
+      v.value_layer_stride = static_cast<int64_t>(w.cache->capacity) * kv_dim;
     } else {
       v.keys = scratch;
-      v.values = scratch + static_cast<int64_t>(w.out_end) * kv_dim;
-      v.layer_stride = 0;
-      v.ld = w.out_end;
-      scratch += 2 * static_cast<int64_t>(w.out_end) * kv_dim;
+      v.values = scratch + simd::key_blocks(w.out_end) * simd::key_block_stride(kv_dim);
+      scratch += fresh_kv_floats(w.out_end, kv_dim);
     }
     p.kv.push_back(v);
     p.tokens += w.out_end - w.start;
@@ -215,15 +220,9 @@ void ScratchPool::give(Block block) noexcept {
   }
 }
 
-namespace {
-size_t padded_key_floats(int32_t layers, int32_t dim, int32_t cap) {
-  return (static_cast<size_t>(layers) * static_cast<size_t>(dim) * static_cast<size_t>(cap) + 15) / 16 * 16;
-}
-}  // namespace
-
 KvCache::KvCache(int32_t layers, int32_t dim, int32_t cap)
-    : capacity(cap), n_layers(layers), kv_dim(dim), key_floats_(padded_key_floats(layers, dim, cap)) {
-  owned_ = simd::aligned_floats(key_floats_ + static_cast<size_t>(layers) * dim * cap);
+    : capacity(cap), n_layers(layers), kv_dim(dim), key_floats_(kv_key_floats(layers, dim, cap)) {
+  owned_ = simd::aligned_floats(key_floats_ + kv_value_floats(layers, dim, cap));
   data_ = owned_.get();
 }
 
@@ -271,10 +270,10 @@ KvCache& KvCache::operator=(KvCache&& o) noexcept {
 
 void KvCache::copy_from(const KvCache& src, int32_t positions) {
   const size_t n = static_cast<size_t>(positions);
+  // A layer's keys of positions [0, n): its first key_blocks(n) blocks, one contiguous run.
+  const size_t key_floats = static_cast<size_t>(simd::key_blocks(positions) * simd::key_block_stride(kv_dim));
   for (int32_t l = 0; l < n_layers; ++l) {
-    for (int32_t e = 0; e < kv_dim; ++e)
-      std::memcpy(layer_keys(l) + static_cast<int64_t>(e) * capacity,
-                  src.layer_keys(l) + static_cast<int64_t>(e) * src.capacity, n * sizeof(float));
+    std::memcpy(layer_keys(l), src.layer_keys(l), key_floats * sizeof(float));
     std::memcpy(layer_values(l), src.layer_values(l), n * static_cast<size_t>(kv_dim) * sizeof(float));
   }
 }
@@ -300,7 +299,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
 
   int64_t fresh = 0;  // scratch floats for the keys and values of rows without a cache
   for (const RowWork& r : rows)
-    if (!r.cache) fresh += 2 * static_cast<int64_t>(r.out_end) * kv_dim;
+    if (!r.cache) fresh += fresh_kv_floats(r.out_end, kv_dim);
   int64_t longest = 0, tokens = 0, outputs = 0;
   bool want_logits = false;
   for (const RowWork& r : rows) {
@@ -427,7 +426,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
         return;
       case kQkv:  // [q | k | v] = xn @ [wq | wk | wv]
         return matmul_item(k, xn, d, R, pl.qkv, qkv, qkv_ld, qkv_items, item, quantized(pl.qkv));
-      case kRope:  // RoPE on q and k at each token's position; keys (transposed) and values stored
+      case kRope:  // RoPE on q and k at each token's position; keys (in blocks) and values stored
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t pos = plan.token_pos[static_cast<size_t>(t)];
           const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(t)])];
@@ -437,20 +436,23 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           const float* sin_row = m.rope_sin.data() + pos * half;
           k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
           k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-          std::memcpy(kv.values + l * kv.layer_stride + pos * kv_dim, row + q_dim + kv_dim,
+          std::memcpy(kv.values + l * kv.value_layer_stride + pos * kv_dim, row + q_dim + kv_dim,
                       static_cast<size_t>(kv_dim) * sizeof(float));
         }
-        // Keys transposed, a run of one row's tokens (consecutive positions) at a time with the
-        // key dimension outer: each key row (kv.ld floats apart) gets the run's positions side by
-        // side, rather than every token touching kv_dim lines far apart.
+        // Keys into their blocks of 16 positions, a run of one row's tokens (consecutive
+        // positions) within one block at a time with the key dimension outer: each dimension's
+        // 16 floats get the run's positions side by side.
         for (int64_t a = t0; a < t1;) {
           const int32_t r = plan.token_row[static_cast<size_t>(a)];
+          const int64_t pos = plan.token_pos[static_cast<size_t>(a)];
+          const int64_t in_block = pos % simd::kKeysPerBlock;
           int64_t b = a + 1;
-          while (b < t1 && plan.token_row[static_cast<size_t>(b)] == r) ++b;
+          while (b < t1 && b - a < simd::kKeysPerBlock - in_block && plan.token_row[static_cast<size_t>(b)] == r) ++b;
           const KvView& kv = plan.kv[static_cast<size_t>(r)];
-          float* keys = kv.keys + l * kv.layer_stride + plan.token_pos[static_cast<size_t>(a)];
+          float* keys = kv.keys + l * kv.key_layer_stride + pos / simd::kKeysPerBlock * simd::key_block_stride(kv_dim) +
+                        in_block;
           for (int64_t e = 0; e < kv_dim; ++e)
-            for (int64_t t = a; t < b; ++t) keys[e * kv.ld + (t - a)] = qkv[t * qkv_ld + q_dim + e];
+            for (int64_t t = a; t < b; ++t) keys[e * simd::kKeysPerBlock + (t - a)] = qkv[t * qkv_ld + q_dim + e];
           a = b;
         }
         return;
@@ -464,8 +466,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           for (int32_t i = 0; i < it.count; ++i) keys[i] = plan.token_pos[static_cast<size_t>(it.token + i)] + 1;
           float* out = att + it.token * q_dim + it.head * hd;
           k.attention_queries(qkv + it.token * qkv_ld + it.head * hd, qkv_ld, keys, it.count,
-                              kv.keys + l * kv.layer_stride + g * hd * kv.ld, kv.ld,
-                              kv.values + l * kv.layer_stride + g * hd, kv_dim, static_cast<int32_t>(hd),
+                              kv.keys + l * kv.key_layer_stride + g * hd * simd::kKeysPerBlock,
+                              simd::key_block_stride(kv_dim), kv.values + l * kv.value_layer_stride + g * hd,
+                              kv_dim, static_cast<int32_t>(hd),
                               m.attention_scale, out, q_dim, scratch);
           if (bf16)
             for (int32_t i = 0; i < it.count; ++i) k.round_bf16(out + i * q_dim, out + i * q_dim, hd);

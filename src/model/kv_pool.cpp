@@ -8,10 +8,9 @@ namespace lockstep {
 
 KvPool::Impl::Impl(int32_t layers, int32_t dim, int32_t cap, size_t max_bytes)
     : n_layers(layers), kv_dim(dim), capacity(cap) {
-  const size_t n = static_cast<size_t>(layers) * static_cast<size_t>(dim) * static_cast<size_t>(cap);
-  key_floats = (n + 15) / 16 * 16;  // the values start 64-byte aligned, as a separate block would
-  slab_floats = key_floats + n;
-  stats.slab_bytes = 2 * n * sizeof(float);
+  key_floats = kv_key_floats(layers, dim, cap);
+  slab_floats = key_floats + kv_value_floats(layers, dim, cap);
+  stats.slab_bytes = slab_floats * sizeof(float);
   budget = stats.slab_bytes == 0 ? 0 : max_bytes / stats.slab_bytes;
   stats.budget_slabs = budget;
 }

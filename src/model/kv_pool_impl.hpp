@@ -11,10 +11,22 @@
 
 namespace lockstep {
 
+// A window's keys for every layer in the blocked layout (kernels.hpp: [n_layers][capacity / 16]
+// [kv_dim][16], capacity rounded up to whole blocks of simd::kKeysPerBlock positions): a multiple
+// of 16 floats, so that the values after them start 64-byte aligned, as a separate block would.
+inline size_t kv_key_floats(int32_t n_layers, int32_t kv_dim, int32_t capacity) {
+  return static_cast<size_t>(n_layers) * static_cast<size_t>(simd::key_blocks(capacity)) *
+         static_cast<size_t>(simd::key_block_stride(kv_dim));
+}
+// The values for every layer, [n_layers][capacity][kv_dim].
+inline size_t kv_value_floats(int32_t n_layers, int32_t kv_dim, int32_t capacity) {
+  return static_cast<size_t>(n_layers) * static_cast<size_t>(capacity) * static_cast<size_t>(kv_dim);
+}
+
 struct KvPool::Impl {
   int32_t n_layers = 0, kv_dim = 0, capacity = 0;
-  size_t key_floats = 0;   // n_layers * kv_dim * capacity, padded to 16 floats (64 bytes)
-  size_t slab_floats = 0;  // the keys' padded part, then the values
+  size_t key_floats = 0;   // kv_key_floats(n_layers, kv_dim, capacity)
+  size_t slab_floats = 0;  // the keys, then the values
   size_t budget = 0;       // slabs allocated freely
 
   mutable std::mutex mutex;

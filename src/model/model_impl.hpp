@@ -138,11 +138,13 @@ struct Model::Impl {
   int threads_for(const CallOptions& call) const;
 };
 
-// The keys and values of one sequence for every layer, in the fast path's layout: keys
-// transposed, [n_layers][kv_dim][capacity] (key j's e-th value at e * capacity + j, so attention's
-// lanes run along j), values [n_layers][capacity][kv_dim]. Both live in one block: a slab of a
-// KvPool (given back when the cache goes; capacity is then the pool's window), or the cache's
-// own allocation. The values start 64-byte aligned after the keys.
+// The keys and values of one sequence for every layer, in the fast path's layout: keys in blocks
+// of 16 positions, [n_layers][capacity / 16][kv_dim][16] with capacity rounded up to whole blocks
+// (key j's e-th value at (j / 16) * kv_dim * 16 + e * 16 + j % 16: attention's lanes run along j,
+// and positions [0, n) of a layer are one contiguous prefix of its memory; simd::kKeysPerBlock),
+// values [n_layers][capacity][kv_dim]. Both live in one block: a slab of a KvPool (given back when
+// the cache goes; capacity is then the pool's window), or the cache's own allocation. The values
+// start 64-byte aligned after the keys.
 struct KvCache {
   int32_t capacity = 0;
   int32_t n_layers = 0;
@@ -158,14 +160,22 @@ struct KvCache {
   KvCache(KvCache&& other) noexcept;
   KvCache& operator=(KvCache&& other) noexcept;
 
-  // Copies `source`'s first `positions` (same shape) into this cache.
+  // Copies `source`'s first `positions` (same n_layers and kv_dim, capacities at least
+  // `positions`) into this cache: per layer the keys' whole blocks below `positions` (the last one
+  // whole, its positions past `positions` included) and the values' first `positions` rows.
   void copy_from(const KvCache& source, int32_t positions);
   KvCache copy(int32_t positions) const;  // a cache of its own holding this one's first `positions`
   float* keys() const { return data_; }
   float* values() const { return data_ + key_floats_; }
-  float* layer_keys(int32_t l) const { return keys() + static_cast<int64_t>(l) * kv_dim * capacity; }
+  // Layer l's keys: key_blocks(capacity) blocks, key_block_stride(kv_dim) floats apart.
+  float* layer_keys(int32_t l) const {
+    return keys() + static_cast<int64_t>(l) * simd::key_blocks(capacity) * simd::key_block_stride(kv_dim);
+  }
   float* layer_values(int32_t l) const { return values() + static_cast<int64_t>(l) * capacity * kv_dim; }
-  size_t bytes() const { return 2 * static_cast<size_t>(n_layers) * capacity * kv_dim * sizeof(float); }
+  // The keys' whole blocks and the values.
+  size_t bytes() const {
+    return (key_floats_ + static_cast<size_t>(n_layers) * static_cast<size_t>(capacity) * kv_dim) * sizeof(float);
+  }
   // The pool its memory is a slab of; null when it is its own.
   const KvPool* pool() const { return pool_.get(); }
 
@@ -174,7 +184,7 @@ struct KvCache {
   simd::AlignedFloats owned_;
   std::shared_ptr<KvPool> pool_;  // where data_ goes back to, when it is a slab
   float* data_ = nullptr;
-  size_t key_floats_ = 0;  // the keys' part, padded to 16 floats
+  size_t key_floats_ = 0;  // the keys' part, whole blocks (kv_key_floats)
 };
 
 // One row of the fast forward pass: positions [start, out_end) of ids are computed; those before

@@ -1,6 +1,7 @@
 // Prefill's tiles of queries over long windows (attention_queries with more than three queries,
 // kernels/simd/attention.cpp) against ref::attention, with memcmp, for every SIMD target this
-// machine runs: windows T around the key blocks and vector widths up to 2053 keys, the head dims
+// machine runs, keys in the fast path's blocks of 16 positions: windows T around the tile's spans,
+// the key blocks and vector widths up to 2053 keys, the head dims
 // of s256 (32) and l768 (64) and one that is neither (24), tiles of 4 to 100 queries (past
 // kMaxTileQueries, which splits), tiles starting anywhere (a cached prefix), equal and spread
 // lengths. The reference runs once per case and every target is compared with it; windows of
@@ -17,6 +18,7 @@
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "support/blocked_keys.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -24,22 +26,22 @@ namespace {
 
 using simd::Kernels;
 
-// One window: keys and values as rows [T][stride] (the reference's layout), keys also transposed
-// [hd][ldk] (the fast path's cache), queries at q_stride, outputs at out_stride.
+// One window: keys and values as rows [T][stride] (the reference's layout), keys also in the fast
+// path's blocks (the second head of two, `dim` = 2 hd: kt's head starts at hd * 16; the other
+// head's floats and the last block's past T are NaN, which no output may read), queries at
+// q_stride, outputs at out_stride.
 struct Window {
-  int64_t T, ldk, stride, q_stride, out_stride;
+  int64_t T, dim, stride, q_stride, out_stride;
   int32_t hd;
   std::vector<float> q, keys, values, kt;
 };
 
 Window make_window(int64_t T, int32_t hd, uint64_t seed) {
-  Window w{T, T + 3, hd + 5, hd + 2, hd + 1, hd, {}, {}, {}, {}};
+  Window w{T, 2 * int64_t{hd}, hd + 5, hd + 2, hd + 1, hd, {}, {}, {}, {}};
   w.q = test::random_floats(T * w.q_stride, seed);
   w.keys = test::random_floats(T * w.stride, seed + 1);
   w.values = test::random_floats(T * w.stride, seed + 2);
-  w.kt.assign(static_cast<size_t>(hd * w.ldk), 0.0f);
-  for (int64_t j = 0; j < T; ++j)
-    for (int32_t d = 0; d < hd; ++d) w.kt[static_cast<size_t>(d * w.ldk + j)] = w.keys[static_cast<size_t>(j * w.stride + d)];
+  w.kt = test::blocked_keys(w.keys.data(), w.stride, T, hd, w.dim, hd, std::bit_cast<float>(0x7fc00001u));
   return w;
 }
 
@@ -66,9 +68,9 @@ std::vector<float> fast(const Kernels& k, const Window& w, const Tile& tile) {
   // Scratch poisoned with NaN: nothing may read what it did not write.
   std::vector<float> scratch(static_cast<size_t>(k.attention_queries_scratch(nq, n_max, w.hd)),
                              std::bit_cast<float>(0x7fc00001u));
-  k.attention_queries(w.q.data() + tile.t0 * w.q_stride, w.q_stride, tile.n.data(), nq, w.kt.data(), w.ldk,
-                      w.values.data(), w.stride, w.hd, ref::attention_scale<float>(w.hd), out.data(), w.out_stride,
-                      scratch.data());
+  k.attention_queries(w.q.data() + tile.t0 * w.q_stride, w.q_stride, tile.n.data(), nq,
+                      w.kt.data() + w.hd * simd::kKeysPerBlock, simd::key_block_stride(w.dim), w.values.data(),
+                      w.stride, w.hd, ref::attention_scale<float>(w.hd), out.data(), w.out_stride, scratch.data());
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/ref/ops.hpp"
 #include "kernels/simd/dispatch.hpp"
 #include "kernels/simd/kernels.hpp"
+#include "support/blocked_keys.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -231,7 +232,7 @@ TEST(Rope, EqualsReference) {
   }
 }
 
-TEST(Attention, EqualsReferenceWithTransposedKeys) {
+TEST(Attention, EqualsReferenceWithBlockedKeys) {
   const int lengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100};
   const int head_dims[] = {2, 6, 8, 10, 16, 24, 32, 40, 64};
   uint64_t seed = 500;
@@ -246,18 +247,18 @@ TEST(Attention, EqualsReferenceWithTransposedKeys) {
         std::vector<float> want(static_cast<size_t>(hd)), got(static_cast<size_t>(hd));
         std::vector<float> scratch(static_cast<size_t>(n));
         ref::attention(q.data(), keys.data(), values.data(), stride, n, hd, scale, want.data(), scratch.data());
-        // Rows of keys with little room past n (a scalar tail), and with room for a whole vector
-        // at any width (a partial last vector, whose lanes past n read keys that would score
-        // above every real one, and must be dropped).
-        for (const int ldk : {n + 5, n + 67}) {
-          std::vector<float> kt(static_cast<size_t>(hd) * ldk);
-          for (int d = 0; d < hd; ++d)
-            std::fill_n(kt.begin() + static_cast<int64_t>(d) * ldk, ldk, q[static_cast<size_t>(d)] > 0 ? 1e4f : -1e4f);
-          for (int j = 0; j < n; ++j)
-            for (int d = 0; d < hd; ++d) kt[static_cast<size_t>(d) * ldk + j] = keys[static_cast<size_t>(j) * stride + d];
-          k->attention(q.data(), kt.data(), ldk, values.data(), stride, n, hd, scale, got.data(), scratch.data());
+        // The head's keys alone in their blocks, and as the second head of three (blocks of
+        // 3 hd dimensions); the last block's lanes past n hold keys that would score above every
+        // real one (a partial last vector reads them), and must be dropped.
+        std::vector<float> fill(static_cast<size_t>(hd));
+        for (int d = 0; d < hd; ++d) fill[static_cast<size_t>(d)] = q[static_cast<size_t>(d)] > 0 ? 1e4f : -1e4f;
+        for (const int heads : {1, 3}) {
+          const int64_t dim = int64_t{heads} * hd, first = heads / 2 * hd;
+          const auto kt = test::blocked_keys(keys.data(), stride, n, hd, dim, first, 1e4f, fill);
+          k->attention(q.data(), kt.data() + first * simd::kKeysPerBlock, simd::key_block_stride(dim), values.data(),
+                       stride, n, hd, scale, got.data(), scratch.data());
           expect_same(got, want, std::string(k->name) + " attention n=" + std::to_string(n) + " hd=" + std::to_string(hd) +
-                                     " ldk=" + std::to_string(ldk));
+                                     " heads=" + std::to_string(heads));
         }
       }
     }
@@ -273,17 +274,20 @@ TEST(Attention, SeveralQueriesAtOnceEqualOneAtATime) {
           const int64_t step = (nq == 3 && n0 % 2) ? 2 : 1;  // consecutive positions, or a wider gap
           int64_t n[3] = {n0, n0 + step, n0 + 2 * step};
           if (nq < 3 && n0 % 3 == 0) n[1] = n0;              // equal lengths (a group's heads)
-          const int64_t n_max = n[nq - 1], ldk = n_max + (hd % 16 ? 3 : 11), ldv = hd + 5, q_stride = hd + 2, out_stride = hd + 1;
+          const int64_t n_max = n[nq - 1], ldv = hd + 5, q_stride = hd + 2, out_stride = hd + 1;
+          // Keys in blocks of hd + 3 dimensions (random, past n too), the head's at dimension 3.
+          const int64_t dim = hd + 3, bs = simd::key_block_stride(dim);
           const auto q = test::random_floats(nq * q_stride, seed++);
-          const auto kt = test::random_floats(hd * ldk, seed++);
+          const auto blocks = test::random_floats(simd::key_blocks(n_max) * bs, seed++);
+          const float* kt = blocks.data() + 3 * simd::kKeysPerBlock;
           const auto v = test::random_floats(n_max * ldv, seed++);
           const float scale = ref::attention_scale<float>(hd);
           std::vector<float> want(static_cast<size_t>(nq * out_stride), 0.0f), got(want.size(), 0.0f);
           std::vector<float> scratch(static_cast<size_t>(nq * n_max));
           for (int i = 0; i < nq; ++i)
-            k->attention(q.data() + i * q_stride, kt.data(), ldk, v.data(), ldv, n[i], hd, scale,
+            k->attention(q.data() + i * q_stride, kt, bs, v.data(), ldv, n[i], hd, scale,
                          want.data() + i * out_stride, scratch.data());
-          k->attention_queries(q.data(), q_stride, n, nq, kt.data(), ldk, v.data(), ldv, hd, scale, got.data(),
+          k->attention_queries(q.data(), q_stride, n, nq, kt, bs, v.data(), ldv, hd, scale, got.data(),
                                out_stride, scratch.data());
           expect_same(got, want, std::string(k->name) + " attention_queries nq=" + std::to_string(nq) +
                                      " n0=" + std::to_string(n0) + " hd=" + std::to_string(hd));

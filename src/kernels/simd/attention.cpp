@@ -1,6 +1,7 @@
 // One query row of causal attention for one head (ref::attention). Lanes run along independent
-// outputs only: along keys j for the scores (keys stored transposed so key j's d-th value sits
-// beside key j+1's), along d for the weighted sum of values. Every score's dot product, the
+// outputs only: along keys j for the scores (keys in blocks of kKeysPerBlock positions, so key j's
+// d-th value sits beside key j+1's within a block: kernels.hpp), along d for the weighted sum of
+// values. Every score's dot product, the
 // softmax denominator and every output's sum over j stay single chains in increasing order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/attention.cpp"
@@ -26,22 +27,33 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA
 
-using DF = hn::ScalableTag<float>;
+// At most kKeysPerBlock lanes (a power of two, as every target's lane count is), so that a vector
+// of keys starting at a multiple of its lanes lies within one block of the keys' layout.
+using DF = hn::CappedTag<float, kKeysPerBlock>;
+
+// Where key j's first dimension sits in the blocked layout (kernels.hpp): dimension d of keys
+// [j, j + N) is the N floats at KeyColumn(kt, block_stride, j) + d * kKeysPerBlock, for j a
+// multiple of N.
+HWY_INLINE const float* KeyColumn(const float* kt, int64_t block_stride, int64_t j) {
+  return kt + j / kKeysPerBlock * block_stride + j % kKeysPerBlock;
+}
 
 // scores[j0 .. j0 + (U - 1) N + last) = (q . k_j) * scale, U vectors of keys at once for
-// independent chains, the last vector's first `last` lanes only (its other lanes read keys at or
-// past n, within kt's rows, and are dropped: neither stored nor in the maximum).
+// independent chains (j0 a multiple of N), the last vector's first `last` lanes only (its other
+// lanes read keys at or past n, within n's whole block, and are dropped: neither stored nor in the
+// maximum).
 template <int U>
-HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t ldk,
+HWY_INLINE hn::Vec<DF> Scores(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t block_stride,
                               int64_t j0, int64_t last, int32_t head_dim, hn::Vec<DF> scale, float* scores,
                               hn::Vec<DF> m) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   WithTile<U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    const float* const column[] = {KeyColumn(kt, block_stride, j0 + static_cast<int64_t>(I) * N)...};
     for (int32_t dd = 0; dd < head_dim; ++dd) {
       const auto qd = hn::Set(d, q[dd]);
-      const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
-      ((acc = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
+      const int64_t at = static_cast<int64_t>(dd) * kKeysPerBlock;
+      ((acc = hn::MulAdd(qd, hn::LoadU(d, column[I] + at), acc)), ...);
     }
     // The running maximum takes the vectors in increasing u (the order of a maximum changes no bit).
     const auto finish = [&](hn::Vec<DF> a_u, int64_t u) LOCKSTEP_LAMBDA_INLINE {
@@ -99,7 +111,7 @@ HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRI
   if (l) *l = sum;
 }
 
-void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t ldk,
+void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t block_stride,
                const float* HWY_RESTRICT v, int64_t ldv, int64_t n, int32_t head_dim, float scale,
                float* HWY_RESTRICT out, float* HWY_RESTRICT scores) {
   const DF d;
@@ -107,24 +119,15 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   const auto scale_v = hn::Set(d, scale);
   auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
   // Tiles of kScoreVectors vectors of keys, then one of the vectors left, the last of them
-  // partial where kt's rows hold its whole vector; a scalar rest otherwise.
+  // partial (its block is whole, so its lanes past n are there to read).
   int64_t j = 0;
   while (j < n) {
-    int64_t vectors = std::min<int64_t>(kScoreVectors, (n - j + N - 1) / N);
-    if (j + vectors * N > ldk) vectors = (n - j) / N;
-    if (vectors == 0) break;
+    const int64_t vectors = std::min<int64_t>(kScoreVectors, (n - j + N - 1) / N);
     const int64_t last = std::min(N, n - j - (vectors - 1) * N);
-    mv = ForCount<kScoreVectors>(vectors, [&](auto u) { return Scores<decltype(u)::value>(q, kt, ldk, j, last, head_dim, scale_v, scores, mv); });
+    mv = ForCount<kScoreVectors>(vectors, [&](auto u) { return Scores<decltype(u)::value>(q, kt, block_stride, j, last, head_dim, scale_v, scores, mv); });
     j += (vectors - 1) * N + last;
   }
-  float m = -std::numeric_limits<float>::infinity();
-  for (; j < n; ++j) {
-    float dot = 0.0f;
-    for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(q[dd], kt[static_cast<int64_t>(dd) * ldk + j], dot);
-    scores[j] = dot * scale;
-    m = ref::max_skip_nan(m, scores[j]);
-  }
-  m = ReduceMaxSkipNaN(d, mv, m);
+  const float m = ReduceMaxSkipNaN(d, mv, -std::numeric_limits<float>::infinity());
 
   // e_j = exp(s_j - m) in place; l = sum of e_j in increasing j.
   const auto m_v = hn::Set(d, m);
@@ -165,62 +168,56 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
 // registers.
 constexpr int kTileVectors = 4;
 
-// Scores of QB queries at once over U vectors of keys: acc[i][u] lanes j0 + u N + lane, each a
-// chain over d of q_i[d] * kt[d, j] as Scores computes it; the keys' loads are shared.
+// Scores of QB queries at once over U vectors of keys from j0 (a multiple of N): acc[i][u] lanes
+// j0 + u N + lane, each a chain over d of q_i[d] * k_j[d] as Scores computes it; the keys' loads
+// are shared. Query i's vector u goes to out + i * ld_out + u N.
 template <int QB, int U>
 HWY_INLINE void ScoresMulti(const float* HWY_RESTRICT q, int64_t q_stride, const float* HWY_RESTRICT kt,
-                            int64_t ldk, int64_t j0, int32_t head_dim, hn::Vec<DF> scale, float* scores,
-                            int64_t ld_scores) {
+                            int64_t block_stride, int64_t j0, int32_t head_dim, hn::Vec<DF> scale, float* out,
+                            int64_t ld_out) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const float* column[U];
+  for (int u = 0; u < U; ++u) column[u] = KeyColumn(kt, block_stride, j0 + u * N);
   // Accumulator I: query I / U, vector of keys I % U (tile-inl.hpp).
   WithTile<QB * U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
     for (int32_t dd = 0; dd < head_dim; ++dd) {
-      const float* row = kt + static_cast<int64_t>(dd) * ldk + j0;
+      const int64_t at = static_cast<int64_t>(dd) * kKeysPerBlock;
       // Each key vector and each query's value is loaded once (the repeats fold away).
       const auto fma = [&](hn::Vec<DF>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
         const auto qd = hn::Set(d, q[static_cast<int64_t>(I_ / U) * q_stride + dd]);
-        a_iu = hn::MulAdd(qd, hn::LoadU(d, row + static_cast<int64_t>(I_ % U) * N), a_iu);
+        a_iu = hn::MulAdd(qd, hn::LoadU(d, column[I_ % U] + at), a_iu);
       };
       (fma(acc, I), ...);
     }
-    (hn::StoreU(hn::Mul(acc, scale), d,
-                scores + static_cast<int64_t>(I / U) * ld_scores + j0 + static_cast<int64_t>(I % U) * N),
+    (hn::StoreU(hn::Mul(acc, scale), d, out + static_cast<int64_t>(I / U) * ld_out + static_cast<int64_t>(I % U) * N),
      ...);
   });
 }
 
 // scores_i[j] (row i at scores + i * ld_scores) = (q_i . k_j) * scale for j < n[i], QB queries
 // with n ascending, each dot the chain ScoresMulti computes: tiles of kTileVectors vectors of
-// keys, then single vectors, then the last partial vector whole through a buffer when kt's rows (ldk
-// floats) hold it (a scalar tail otherwise). Scores of keys at or past a query's own n, up to
-// n[QB - 1], may be written; the caller ignores them.
+// keys, then single vectors, then the last partial vector whole (its block is) through a buffer.
+// Scores of keys at or past a query's own n, up to n[QB - 1], may be written; the caller ignores
+// them.
 template <int QB>
 HWY_INLINE void AllScores(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n,
-                          const float* HWY_RESTRICT kt, int64_t ldk, int32_t head_dim, hn::Vec<DF> scale,
+                          const float* HWY_RESTRICT kt, int64_t block_stride, int32_t head_dim, hn::Vec<DF> scale,
                           float* scores, int64_t ld_scores) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n_max = n[QB - 1];
   int64_t j = 0;
   constexpr int U = kTileVectors;
-  for (; j + U * N <= n_max; j += U * N) ScoresMulti<QB, U>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
-  for (; j + N <= n_max; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, ldk, j, head_dim, scale, scores, ld_scores);
-  if (j < n_max && j + N <= ldk) {
-    HWY_ALIGN float tail[QB * (HWY_MAX_BYTES / sizeof(float))];
-    ScoresMulti<QB, 1>(q, q_stride, kt + j, ldk, 0, head_dim, scale, tail, N);
+  for (; j + U * N <= n_max; j += U * N)
+    ScoresMulti<QB, U>(q, q_stride, kt, block_stride, j, head_dim, scale, scores + j, ld_scores);
+  for (; j + N <= n_max; j += N)
+    ScoresMulti<QB, 1>(q, q_stride, kt, block_stride, j, head_dim, scale, scores + j, ld_scores);
+  if (j < n_max) {
+    HWY_ALIGN float tail[QB * kKeysPerBlock];
+    ScoresMulti<QB, 1>(q, q_stride, kt, block_stride, j, head_dim, scale, tail, N);
     for (int i = 0; i < QB; ++i)
       for (int64_t jj = j; jj < n[i]; ++jj) scores[i * ld_scores + jj] = tail[i * N + jj - j];
-    return;
-  }
-  const float scale_s = hn::GetLane(scale);
-  for (int i = 0; i < QB; ++i) {
-    const float* qi = q + i * q_stride;
-    for (int64_t jj = j; jj < n[i]; ++jj) {
-      float dot = 0.0f;
-      for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(qi[dd], kt[static_cast<int64_t>(dd) * ldk + jj], dot);
-      scores[i * ld_scores + jj] = dot * scale_s;
-    }
   }
 }
 
@@ -245,14 +242,14 @@ HWY_INLINE void Chains(const int64_t* n, float* out, const Step& step) {
 // remaining keys after them in the same order. scratch: QB * n[QB - 1] floats.
 template <int QB>
 void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, const float* HWY_RESTRICT kt,
-                    int64_t ldk, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
+                    int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
                     float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n_max = n[QB - 1], n_min = n[0];
   const int64_t ld = n_max;  // scratch row stride
   const auto scale_v = hn::Set(d, scale);
-  AllScores<QB>(q, q_stride, n, kt, ldk, head_dim, scale_v, scratch, ld);
+  AllScores<QB>(q, q_stride, n, kt, block_stride, head_dim, scale_v, scratch, ld);
   float l[QB];
   for (int i = 0; i < QB; ++i) {
     float* s = scratch + i * ld;
@@ -281,16 +278,17 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   }
 }
 
-// The tiled kernel's block of keys: kKeyBlockBytes of one head's keys ([head_dim][block]) or
-// values ([block][head_dim]) packed contiguous, a multiple of kTileVectors vectors. Packed, a
-// block stays in L1 while every triple of the tile's queries passes over it; in place, kt's rows
-// lie ldk floats apart (8 KiB at a window of 2048) and the values' rows kv_dim floats apart, so
-// a block's lines would crowd into a few L1 sets and evict each other.
-constexpr int64_t kKeyBlockBytes = 16 << 10;
+// The tiled kernel's span of keys: kTileSpanBytes of one head's keys or values, a multiple of
+// kTileVectors vectors, which stays in L1 while every triple of the tile's queries passes over it.
+// The keys are read in place: each of the layout's blocks of kKeysPerBlock keys holds a head's
+// keys as one contiguous run (head_dim * 64 bytes), which spreads over the L1 sets evenly. The
+// values are packed contiguous: in place their rows lie kv_dim floats apart, so a span's lines
+// would crowd into a few L1 sets and evict each other.
+constexpr int64_t kTileSpanBytes = 16 << 10;
 
-int64_t KeyBlock(int32_t head_dim) {
+int64_t TileSpan(int32_t head_dim) {
   const int64_t tile = kTileVectors * static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t keys = kKeyBlockBytes / static_cast<int64_t>(sizeof(float)) / std::max<int32_t>(1, head_dim);
+  const int64_t keys = kTileSpanBytes / static_cast<int64_t>(sizeof(float)) / std::max<int32_t>(1, head_dim);
   return std::max<int64_t>(tile, keys / tile * tile);
 }
 
@@ -302,7 +300,7 @@ int64_t ScoreRow(int64_t n_max) {
 
 int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
   if (nq <= 3) return nq * n_max;
-  return nq * ScoreRow(n_max) + 2 * static_cast<int64_t>(head_dim) * KeyBlock(head_dim);
+  return nq * ScoreRow(n_max) + static_cast<int64_t>(head_dim) * TileSpan(head_dim);
 }
 
 // Queries per register tile of the tiled kernel: 6 where there are 32 vector registers
@@ -310,16 +308,18 @@ int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
 // times), else 3 (12 of AVX2's 16).
 constexpr int kGroupQueries = HWY_MAX_BYTES >= 64 ? 6 : 3;
 
-// Scores of QB queries against the `keys` keys of a packed block kb [head_dim][ld] (zeros past
-// `keys` up to whole vectors): s_i[j] for j < keys rounded up to whole vectors.
+// Scores of QB queries against keys [c0, c1) (c0 a multiple of N): s_i[j] for j in [c0, c1
+// rounded up to whole vectors), the lanes past c1 from keys of c1's whole block, ignored by the
+// caller.
 template <int QB>
-HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kb, int64_t ld, int64_t keys,
-                            int32_t head_dim, hn::Vec<DF> scale, float* s, int64_t ld_s) {
+HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kt, int64_t block_stride, int64_t c0,
+                            int64_t c1, int32_t head_dim, hn::Vec<DF> scale, float* s, int64_t ld_s) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   constexpr int U = kTileVectors;
-  int64_t j = 0;
-  for (; j + U * N <= keys; j += U * N) ScoresMulti<QB, U>(q, q_stride, kb, ld, j, head_dim, scale, s, ld_s);
-  for (; j < keys; j += N) ScoresMulti<QB, 1>(q, q_stride, kb, ld, j, head_dim, scale, s, ld_s);
+  int64_t j = c0;
+  for (; j + U * N <= c1; j += U * N)
+    ScoresMulti<QB, U>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
+  for (; j < c1; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
 }
 
 // The weighted sums of QB queries (n ascending) over the block of values [c0, c1) packed in vb
@@ -343,35 +343,28 @@ HWY_INLINE void BlockValues(const float* s, int64_t ld_s, const int64_t* n, int6
 // with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
 // value is the single-query kernel's: each score one chain over d, then per query the max, the
 // exponentials and l in increasing j, then each output's weighted sum in increasing j and one
-// division. The keys and values go by blocks of KeyBlock(head_dim), packed once per tile and
-// read from L1 by every triple of queries, so the window's keys and values stream from memory
-// once per tile rather than once per three queries. scratch: QueriesScratch(nq, n_max, head_dim).
+// division. The keys and values go by spans of TileSpan(head_dim) (the keys read in place, the
+// values packed once per tile), read from L1 by every triple of queries, so the window's keys and
+// values stream from memory once per tile rather than once per three queries. scratch:
+// QueriesScratch(nq, n_max, head_dim).
 void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
-                   int64_t ldk, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
+                   int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
                    float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t n_max = n[nq - 1], KB = KeyBlock(head_dim), ld = ScoreRow(n_max);
+  const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim), ld = ScoreRow(n_max);
   float* s = scratch;       // [nq][ld]: scores, then exponentials
-  float* kb = s + nq * ld;  // [head_dim][KB]
-  float* vb = kb + static_cast<int64_t>(head_dim) * KB;  // [KB][head_dim]
+  float* vb = s + nq * ld;  // [KB][head_dim]
   const auto scale_v = hn::Set(d, scale);
-  // Scores, block by block of keys; a triple of queries none of whose keys reach the block skips it.
+  // Scores, span by span of keys; a triple of queries none of whose keys reach the span skips it.
   for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
-    const int64_t nb = std::min(KB, n_max - c0), padded = (nb + N - 1) / N * N;
-    for (int32_t dd = 0; dd < head_dim; ++dd) {
-      const float* src = kt + static_cast<int64_t>(dd) * ldk + c0;
-      float* dst = kb + static_cast<int64_t>(dd) * KB;
-      std::copy_n(src, nb, dst);
-      std::fill(dst + nb, dst + padded, 0.0f);
-    }
     for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
       const int count = std::min(kGroupQueries, nq - i0);
-      const int64_t keys = std::min(n[i0 + count - 1], c0 + nb) - c0;
-      if (keys <= 0) continue;
+      const int64_t c1 = std::min({n[i0 + count - 1], c0 + KB, n_max});
+      if (c1 <= c0) continue;
       const float* qi = q + i0 * q_stride;
-      float* si = s + i0 * ld + c0;
-      ForCount<kGroupQueries>(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kb, KB, keys, head_dim, scale_v, si, ld); });
+      float* si = s + i0 * ld;
+      ForCount<kGroupQueries>(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kt, block_stride, c0, c1, head_dim, scale_v, si, ld); });
     }
   }
   // Per query: m = max over [0, n_i), then e = exp(s - m) in place.
@@ -421,22 +414,23 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
   }
 }
 
-void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
-                      const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
-                      float* scratch) {
+void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
+                      int64_t block_stride, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
+                      int64_t out_stride, float* scratch) {
   if (nq > kMaxTileQueries) {  // tiles of kMaxTileQueries (n ascending, so each tile's too)
     for (int i0 = 0; i0 < nq; i0 += kMaxTileQueries)
-      AttentionQueries(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, ldk, v, ldv,
-                       head_dim, scale, out + i0 * out_stride, out_stride, scratch);
+      AttentionQueries(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, block_stride, v,
+                       ldv, head_dim, scale, out + i0 * out_stride, out_stride, scratch);
     return;
   }
-  if (nq > 3) return AttentionTile(q, q_stride, n, nq, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
+  if (nq > 3)
+    return AttentionTile(q, q_stride, n, nq, kt, block_stride, v, ldv, head_dim, scale, out, out_stride, scratch);
   switch (nq) {
-    case 3: return AttentionMulti<3>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
-    case 2: return AttentionMulti<2>(q, q_stride, n, kt, ldk, v, ldv, head_dim, scale, out, out_stride, scratch);
+    case 3: return AttentionMulti<3>(q, q_stride, n, kt, block_stride, v, ldv, head_dim, scale, out, out_stride, scratch);
+    case 2: return AttentionMulti<2>(q, q_stride, n, kt, block_stride, v, ldv, head_dim, scale, out, out_stride, scratch);
     default:
       for (int i = 0; i < nq; ++i)
-        Attention(q + i * q_stride, kt, ldk, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
+        Attention(q + i * q_stride, kt, block_stride, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
   }
 }
 
@@ -448,13 +442,14 @@ void FillAttention(Kernels& k) {
 
 #else
 
-// The portable fallback: ref::attention's loops over the transposed key layout.
-void Attention(const float* q, const float* kt, int64_t ldk, const float* v, int64_t ldv, int64_t n,
+// The portable fallback: ref::attention's loops over the blocked key layout.
+void Attention(const float* q, const float* kt, int64_t block_stride, const float* v, int64_t ldv, int64_t n,
                int32_t head_dim, float scale, float* out, float* scores) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
+    const float* column = kt + j / kKeysPerBlock * block_stride + j % kKeysPerBlock;
     float dot = 0.0f;
-    for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(q[dd], kt[static_cast<int64_t>(dd) * ldk + j], dot);
+    for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(q[dd], column[dd * kKeysPerBlock], dot);
     scores[j] = dot * scale;
     m = ref::max_skip_nan(m, scores[j]);
   }
@@ -468,11 +463,11 @@ void Attention(const float* q, const float* kt, int64_t ldk, const float* v, int
   for (int32_t dd = 0; dd < head_dim; ++dd) out[dd] = out[dd] / l;
 }
 
-void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt, int64_t ldk,
-                      const float* v, int64_t ldv, int32_t head_dim, float scale, float* out, int64_t out_stride,
-                      float* scratch) {
+void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
+                      int64_t block_stride, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
+                      int64_t out_stride, float* scratch) {
   for (int i = 0; i < nq; ++i)
-    Attention(q + i * q_stride, kt, ldk, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
+    Attention(q + i * q_stride, kt, block_stride, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
 }
 
 int64_t QueriesScratch(int nq, int64_t n_max, int32_t) { return nq * n_max; }

@@ -96,6 +96,16 @@ struct PackedMatrix {
 // The most queries attention_queries computes as one tile (more go in several tiles).
 constexpr int kMaxTileQueries = 64;
 
+// Attention's keys (the KV cache's, for every layer) lie in blocks of kKeysPerBlock positions:
+// keys of dimension `dim` over `positions` as [key_blocks(positions)][dim][kKeysPerBlock], key
+// j's e-th value at (j / 16) * (dim * 16) + e * 16 + j % 16. A vector of up to 16 lanes runs
+// along j within a block, and positions [0, n) are one contiguous prefix of the memory (whole
+// blocks, the last one partly written). The keys of one head (e in [g * head_dim, (g + 1) *
+// head_dim)) start at g * head_dim * 16; consecutive blocks lie key_block_stride(dim) apart.
+constexpr int64_t kKeysPerBlock = 16;
+constexpr int64_t key_blocks(int64_t positions) { return (positions + kKeysPerBlock - 1) / kKeysPerBlock; }
+constexpr int64_t key_block_stride(int64_t dim) { return dim * kKeysPerBlock; }
+
 struct Kernels {
   const char* name = "";    // the Highway target's name, or "portable"
   int64_t target = 0;       // the Highway target bit
@@ -148,20 +158,24 @@ struct Kernels {
   // ref::rope.
   void (*rope)(float* v, int32_t n_heads, int32_t head_dim, const float* cos_row,
                const float* sin_row) = nullptr;
-  // ref::attention with the keys transposed: kt [head_dim, ldk] (key j's d-th value at
-  // kt[d * ldk + j]); values v [n, ldv]. scratch holds n floats.
-  void (*attention)(const float* q, const float* kt, int64_t ldk, const float* v, int64_t ldv,
+  // ref::attention with the keys in blocks (kKeysPerBlock above): key j's d-th value at
+  // kt[(j / 16) * block_stride + d * 16 + j % 16], for one head's keys kt (its first block's
+  // dimension 0) and block_stride floats from one block to the next (key_block_stride(kv_dim)
+  // in the KV cache, head_dim * 16 for one head's keys alone). Every block up to the one holding
+  // key n - 1 is whole: its keys at or past n are read (their scores discarded), so they must be
+  // memory, written or not. Values v [n, ldv]. scratch holds n floats.
+  void (*attention)(const float* q, const float* kt, int64_t block_stride, const float* v, int64_t ldv,
                     int64_t n, int32_t head_dim, float scale, float* out, float* scratch) = nullptr;
   // ref::attention for nq queries of one key/value head, query i (at q + i * q_stride)
   // reading keys [0, n[i]) with 1 <= n[0] <= n[1] <= ... and every key below n[nq - 1] written
-  // (kt's rows hold ldk floats, all of which may be read; scores of the keys at or past n are
-  // discarded); outputs at out + i * out_stride. Sharing the loads of keys and values, each output
+  // (kt and block_stride as `attention`'s; the blocks up to key n[nq - 1] - 1's are whole and
+  // read; scores of the keys at or past n are discarded); outputs at out + i * out_stride. Sharing the loads of keys and values, each output
   // has the bits of `attention` alone. Up to 3 queries share each key's loads; more (prefill's
   // runs of positions) go in tiles of up to kMaxTileQueries that read the keys and values by
   // blocks from L1. scratch holds attention_queries_scratch(nq, n[nq - 1], head_dim) floats.
   void (*attention_queries)(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                            int64_t ldk, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
-                            int64_t out_stride, float* scratch) = nullptr;
+                            int64_t block_stride, const float* v, int64_t ldv, int32_t head_dim, float scale,
+                            float* out, int64_t out_stride, float* scratch) = nullptr;
   int64_t (*attention_queries_scratch)(int nq, int64_t n_max, int32_t head_dim) = nullptr;
   // ref::swiglu.
   void (*swiglu)(const float* gate, const float* up, float* h, int64_t n) = nullptr;
