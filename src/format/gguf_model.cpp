@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "core/half.hpp"
+#include "core/pages.hpp"
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
 #include "format/format_error.hpp"
@@ -114,7 +115,12 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     refuse(what, std::string("the configuration its keys give is not one lockstep runs: ") + e.what());
   }
   const ParameterRegistry reg(c);
-  out.parameters.assign(static_cast<size_t>(reg.total()), 0.0f);
+  // The parameters grow target by target in registry order (reserved once, never moved): a
+  // matrix in blocks is dequantized (parameters() reads it; the pages at its ends keep it), then
+  // its whole pages are given back at once, so loading holds one f32 matrix at a time beside the
+  // blocks, and the model the f32 values of its other tensors (Model::Impl restores the given
+  // back pages from the blocks, on demand).
+  out.parameters.reserve(static_cast<size_t>(reg.total()));
 
   // Each registry parameter and the GGUF tensor it comes from.
   struct Target {
@@ -146,7 +152,6 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
     return s + "}";
   };
-  std::map<std::string, bool> seen;
   auto place = [&](const GgufTensor& t, const Target& to) {
     if (t.ne != to.ne)
       refuse(what, "tensor '" + t.name + "' has ne " + shape_text(t.ne) + ", expected " + shape_text(to.ne) +
@@ -161,6 +166,7 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
         if (!std::isfinite(quant::block_scale(rows.rows.data() + b * bytes)))
           refuse(what, "tensor '" + t.name + "' block " + std::to_string(b) + " has a non-finite scale");
       quant::dequantize_rows(rows, dst, !to.embedding);
+      if (!to.embedding) release_float_pages(out.parameters.data(), to.offset, K * N);
       out.blocks.emplace(to.offset, std::move(rows));
       return;
     }
@@ -172,19 +178,25 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
         for (int64_t k = 0; k < K; ++k) dst[k * N + n] = v[static_cast<size_t>(n * K + k)];
     }
   };
+  std::map<std::string, const GgufTensor*> source;  // each target's tensor
   for (const GgufTensor& t : f.tensors) {
-    const auto it = targets.find(t.name);
-    if (it == targets.end())
+    if (!targets.count(t.name))
       refuse(what, "tensor '" + t.name + "' is not one of a llama model lockstep imports" +
                        (t.name == "rope_freqs.weight" ? std::string(" (RoPE frequency factors: Llama 3 scaling)") : ""));
-    place(t, it->second);
-    seen[t.name] = true;
+    source[t.name] = &t;
   }
-  for (const auto& [name, to] : targets) {
-    if (seen.count(name)) continue;
-    if (name != "output.weight") refuse(what, "has no tensor '" + name + "'");
-    place(*embd, to);  // tied: the head is the embedding's rows, one row per output already
+  std::vector<std::pair<std::string, Target>> in_order(targets.begin(), targets.end());
+  std::sort(in_order.begin(), in_order.end(), [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
+  for (const auto& [name, to] : in_order) {
+    const auto it = source.find(name);
+    if (it == source.end() && name != "output.weight") refuse(what, "has no tensor '" + name + "'");
+    // Tied (no output.weight): the head is the embedding's rows, one row per output already.
+    const GgufTensor& t = it == source.end() ? *embd : *it->second;
+    const int64_t count = static_cast<int64_t>(to.ne[0]) * (to.ne.size() > 1 ? static_cast<int64_t>(to.ne[1]) : 1);
+    out.parameters.resize(static_cast<size_t>(to.offset + count), 0.0f);
+    place(t, to);
   }
+  out.parameters.resize(static_cast<size_t>(reg.total()), 0.0f);
   if (const GgufValue* m = f.find("tokenizer.ggml.model"); m && m->type == 8) out.vocabulary = m->text;
   if (const GgufValue* e = f.find("tokenizer.ggml.eos_token_id"); e && e->is_integer() && e->i64 >= 0 && e->i64 < c.vocab_size)
     out.eos_token_ids.push_back(static_cast<int32_t>(e->i64));

@@ -125,7 +125,19 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   // read: loading holds one copy of the weights, not two. bf16 panels hold the values rounded, so
   // their low halves are kept first (Released::low).
   auto release = [&](const simd::PackedMatrix& b, PackedParts parts) {
-    if (b.blocks) return;  // the f32 copy stays: the embedding and parameters() read it
+    if (b.blocks) {
+      // The blocks hold the values: the f32 copy's whole pages go (the reader gave them back
+      // already; a second call gives the same range), restored from the rows on demand. The
+      // embedding is never a packed matrix, so its lookup keeps reading the f32 rows.
+      for (const auto& [offset, N] : parts) {
+        const auto it = blocks->find(offset);
+        if (it == blocks->end()) throw Error(ErrorKind::internal, "a matrix packed from blocks has no rows");
+        Released r{0, 0, &b, 0, offset, N, {}, {}, &it->second};
+        std::tie(r.begin, r.end) = release_float_pages(parameters.data(), offset, b.K * N);
+        if (r.begin < r.end) released.push_back(std::move(r));
+      }
+      return;
+    }
     // Pages given back at read hold zeros: only a matrix packed from its q8/q4 form may be there.
     // (An int8dot model's file gives nothing back at read: its F32/F16/BF16 matrices, beside the
     // blocks, are released here as an f32 model's are.)
@@ -160,6 +172,12 @@ const std::vector<float>& Model::Impl::full_parameters() const {
   if (released.empty()) return parameters;
   std::call_once(restore_once, [this] {
     for (const Released& r : released) {
+      if (r.rows) {  // dequantized whole, as the reader did, then the released range copied back
+        std::vector<float> values(static_cast<size_t>(r.rows->K * r.rows->N));
+        quant::dequantize_rows(*r.rows, values.data(), true);
+        std::copy(values.begin() + (r.begin - r.offset), values.begin() + (r.end - r.offset), parameters.data() + r.begin);
+        continue;
+      }
       const simd::PackedMatrix& b = *r.packed;
       // Row by row: elements [begin, end) are parameters[offset + k N + n], column column0 + n.
       for (int64_t i = r.begin; i < r.end;) {

@@ -124,6 +124,9 @@ struct Model::Impl {
     // elements (ascending) that went up. Empty for f32, q8 and q4 panels, which hold the values.
     std::vector<uint16_t> low;  // [end - begin]
     std::vector<int64_t> ties_up;
+    // A matrix in GGUF blocks (profile lockstep-int8dot-1): restored by dequantizing its rows,
+    // as the reader did (quant::dequantize_rows), not from `packed`.
+    const quant::BlockRows* rows = nullptr;
   };
   std::vector<Released> released;
   mutable std::once_flag restore_once;

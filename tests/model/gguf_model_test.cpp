@@ -31,7 +31,9 @@
 #include "lockstep/prefix_cache.hpp"
 #include "lockstep/session.hpp"
 #include "lockstep/tokenizer.hpp"
+#include "kernels/simd/block_matrix.hpp"
 #include "model/model_impl.hpp"
+#include "model/packed_weights.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -362,6 +364,68 @@ TEST(GgufImport, KeepsTheBlocksBitForBitAndLoadsAsTheInt8dotProfile) {
     } catch (const Error& e) {
       EXPECT_TRUE(has_all(e.what(), {"model.gguf", "SHA-256"})) << e.what();
     }
+  }
+}
+
+// A loaded model holds its matrices in blocks only: the f32 copy of each (which parameters() and
+// the reference device read) is given back page by page as the reader dequantizes it, and
+// restored from the blocks on demand, bit for bit the dequantized weights. (For a 1.1B Q4_0
+// file that copy was 4.4 GB beside 0.6 GB of blocks.)
+TEST(GgufImport, HoldsItsMatricesInBlocksAndRestoresTheirFloatsOnDemand) {
+  test::TempDir tmp;
+  for (const bool tied : {false, true}) {
+    const TestModel m = test_model(tied, 3);
+    const std::string dir = import_file(tmp, m.file.bytes(), tied ? "tied" : "untied");
+    const auto model = Model::load(dir);
+    const Model::Impl& impl = model->impl();
+    const ParameterRegistry& reg = model->registry();
+    int64_t matrix_floats = 0;  // the block matrices' f32 copies (the embedding's excepted)
+    for (const auto& [offset, rows] : *impl.blocks)
+      if (offset != reg.embed()) matrix_floats += rows.K * rows.N;
+    const size_t all_f32 = static_cast<size_t>(reg.total()) * sizeof(float);
+    size_t packed = 0;
+    for (const auto& L : impl.packed->layers)
+      packed += L.qkv.blocks->data.size() + L.wo.blocks->data.size() + L.gate_up.blocks->data.size() +
+                L.w_down.blocks->data.size();
+    packed += impl.packed->head.blocks->data.size();
+    const size_t resident = impl.resident_weight_bytes();
+    // Each matrix keeps at most the two pages at its ends: at least half of the copies is gone.
+    EXPECT_LE(resident, all_f32 + packed - static_cast<size_t>(matrix_floats) * sizeof(float) / 2)
+        << (tied ? "tied" : "untied");
+
+    // parameters() gives every tensor's dequantized values, in lockstep's layout.
+    const std::span<const float> p = model->parameters();
+    std::map<std::string, int64_t> offset_of = {{"token_embd.weight", reg.embed()},
+                                                {"output_norm.weight", reg.final_norm()},
+                                                {"output.weight", reg.head()}};
+    for (int l = 0; l < 2; ++l) {
+      const auto& L = reg.layer(l);
+      const std::string b = "blk." + std::to_string(l) + ".";
+      offset_of[b + "attn_norm.weight"] = L.attn_norm;
+      offset_of[b + "attn_q.weight"] = L.wq;
+      offset_of[b + "attn_k.weight"] = L.wk;
+      offset_of[b + "attn_v.weight"] = L.wv;
+      offset_of[b + "attn_output.weight"] = L.wo;
+      offset_of[b + "ffn_norm.weight"] = L.mlp_norm;
+      offset_of[b + "ffn_gate.weight"] = L.w_gate;
+      offset_of[b + "ffn_up.weight"] = L.w_up;
+      offset_of[b + "ffn_down.weight"] = L.w_down;
+    }
+    auto expect_tensor = [&](const TestTensor& t, int64_t offset, bool as_matrix) {
+      const int64_t K = static_cast<int64_t>(t.ne[0]), N = t.ne.size() > 1 ? static_cast<int64_t>(t.ne[1]) : 1;
+      const std::vector<double> rows = dequantized(t.type, t.data, K, N);
+      int wrong = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+          const float want = static_cast<float>(rows[static_cast<size_t>(n * K + k)]);
+          const float got = p[static_cast<size_t>(offset + (as_matrix ? k * N + n : n * K + k))];
+          if (std::memcmp(&want, &got, sizeof(float)) != 0) ++wrong;
+        }
+      EXPECT_EQ(wrong, 0) << t.name << (tied ? " (tied)" : "");
+    };
+    for (const TestTensor& t : m.file.tensors)
+      expect_tensor(t, offset_of.at(t.name), t.ne.size() > 1 && t.name != "token_embd.weight");
+    if (tied) expect_tensor(m.file.tensors[0], reg.head(), true);
   }
 }
 
