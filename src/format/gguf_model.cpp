@@ -74,7 +74,8 @@ std::vector<float> widen(const GgufTensor& t, const std::string& what) {
 
 }  // namespace
 
-GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length) {
+GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length,
+                          std::shared_ptr<const void> owner) {
   const GgufValue& arch = need_key(f, "general.architecture", what);
   if (arch.type != 8 || arch.text != "llama")
     refuse(what, "general.architecture is " + (arch.type == 8 ? "'" + arch.text + "'" : std::string("not a string")) +
@@ -160,7 +161,7 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     const int64_t K = static_cast<int64_t>(t.ne[0]), N = to.matrix ? static_cast<int64_t>(t.ne[1]) : 1;
     if (const auto type = quant::block_type_of(t.type)) {
       if (!to.matrix) refuse(what, "tensor '" + t.name + "' is a vector in " + ggml_type_name(t.type) + "; lockstep reads vectors as F32, F16 or BF16");
-      quant::BlockRows rows{*type, K, N, std::vector<uint8_t>(t.data, t.data + t.bytes)};
+      quant::BlockRows rows = quant::block_rows(*type, K, N, {t.data, static_cast<size_t>(t.bytes)}, owner);
       const int64_t bytes = quant::block_bytes(*type);
       for (int64_t b = 0; b < static_cast<int64_t>(t.bytes) / bytes; ++b)
         if (!std::isfinite(quant::block_scale(rows.rows.data() + b * bytes)))

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,7 +29,10 @@ struct GgufModel {
 
 // `length`: the window (default: llama.context_length, which must then be at most 65536).
 // Each refusal is an Error(format) starting with `what`, naming the key or tensor and the problem.
-GgufModel read_gguf_llama(const GgufFile& file, const std::string& what, std::optional<int32_t> length = std::nullopt);
+// `owner`, when given, keeps the file's bytes alive (its mapping): the matrices in blocks view
+// them; without it they are copies.
+GgufModel read_gguf_llama(const GgufFile& file, const std::string& what, std::optional<int32_t> length = std::nullopt,
+                          std::shared_ptr<const void> owner = nullptr);
 
 // Writes a model directory of profile lockstep-int8dot-1 at `dir` (which must not exist; it
 // appears whole or not at all): `gguf`'s bytes as DIR/model.gguf, and model.json naming it with

@@ -221,7 +221,7 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     if (it == blocks->end()) return false;
     const quant::BlockRows& b = it->second;
     w.add_tensor(gguf_name, {static_cast<uint64_t>(b.K), static_cast<uint64_t>(b.N)},
-                 static_cast<GgmlType>(static_cast<uint32_t>(b.type)), b.rows);
+                 static_cast<GgmlType>(static_cast<uint32_t>(b.type)), std::vector<uint8_t>(b.rows.begin(), b.rows.end()));
     return true;
   };
   // A lockstep matrix [in, out] (row-major) transposed to ggml's ne = {in, out}: row o holds

@@ -62,18 +62,22 @@ void check_threads(int threads, bool zero_ok) {
 // configuration its keys give (with model.json's window) must be model.json's.
 std::unique_ptr<Model::Impl> load_gguf_weights(const std::string& path, const format::ModelDescription& d,
                                                const ModelOptions& options) {
-  const format::MappedFile file(path);
-  const std::string sha = sha256_hex(file.bytes().data(), file.bytes().size());
+  // The blocks' rows stay in the mapped file (kept by them): the kernels read their own records,
+  // and the reference device, parameters() and export-gguf read the rows from the page cache.
+  const auto file = std::make_shared<const format::MappedFile>(path);
+  const std::string sha = sha256_hex(file->bytes().data(), file->bytes().size());
   if (sha != d.weights.sha256)
     throw Error(ErrorKind::format, path + ": its SHA-256 is " + sha + " but model.json says " + d.weights.sha256);
-  const format::GgufFile gguf = format::parse_gguf(file.bytes(), path);
-  format::GgufModel m = format::read_gguf_llama(gguf, path, d.config.length);
+  const format::GgufFile gguf = format::parse_gguf(file->bytes(), path);
+  format::GgufModel m = format::read_gguf_llama(gguf, path, d.config.length, file);
   m.config.batch = d.config.batch;
   if (!(m.config == d.config))
     throw Error(ErrorKind::format, path + ": the configuration its keys give is not model.json's");
   auto blocks = std::make_shared<const quant::BlockMatrices>(std::move(m.blocks));
-  return std::make_unique<Model::Impl>(m.config, std::move(m.parameters), options, nullptr, nullptr, &sha,
-                                       std::move(blocks));
+  auto impl = std::make_unique<Model::Impl>(m.config, std::move(m.parameters), options, nullptr, nullptr, &sha,
+                                            std::move(blocks));
+  file->drop(file->bytes());  // read whole (digest, rows, packing): the pages go back to the file
+  return impl;
 }
 
 }  // namespace

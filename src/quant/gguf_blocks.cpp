@@ -42,6 +42,16 @@ void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValu
   }
 }
 
+BlockRows block_rows(BlockType type, int64_t K, int64_t N, std::span<const uint8_t> bytes,
+                     std::shared_ptr<const void> owner) {
+  if (!owner) {
+    auto copy = std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end());
+    bytes = *copy;
+    owner = std::move(copy);
+  }
+  return {type, K, N, bytes, std::move(owner)};
+}
+
 void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
   const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
   int8_t values[kBlockValues];

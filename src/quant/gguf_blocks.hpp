@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -46,8 +48,14 @@ void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValu
 struct BlockRows {
   BlockType type = BlockType::q8_0;
   int64_t K = 0, N = 0;
-  std::vector<uint8_t> rows;  // N * block_row_bytes(type, K) bytes, the file's own
+  std::span<const uint8_t> rows;  // N * block_row_bytes(type, K) bytes, the file's own
+  // What keeps `rows` alive: the mapped weights file of a loaded model (its pages are the file's,
+  // given back and read again by the system as it needs), or a copy of the bytes.
+  std::shared_ptr<const void> owner;
 };
+// Rows viewing `bytes`, which `owner` keeps alive; with no owner, rows of a copy of them.
+BlockRows block_rows(BlockType type, int64_t K, int64_t N, std::span<const uint8_t> bytes,
+                     std::shared_ptr<const void> owner);
 // A model's matrices in blocks by registry offset (an int8dot model's: docs/FORMAT.md).
 using BlockMatrices = std::unordered_map<int64_t, BlockRows>;
 
