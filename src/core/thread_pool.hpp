@@ -4,8 +4,9 @@
 //
 // On a shared machine a worker can be descheduled for a whole time slice (milliseconds) at any
 // moment. Two kinds of job: run() needs every worker (static shares, Barrier), so a descheduled
-// worker stalls the others; run_phases() hands out items to whoever asks and never waits for a
-// worker that holds no item, so the caller alone can finish the job when its helpers are late.
+// worker stalls the others; run_phases() hands each participant its own share of a phase's items
+// first and then the others' to whoever asks, and never waits for a worker that holds no item,
+// so the caller alone can finish the job when its helpers are late.
 // Waiting threads spin only a few microseconds, then sleep on a futex (std::atomic::wait): a
 // core whose thread sleeps goes idle, and the kernel can move a waiting thread onto it.
 #pragma once

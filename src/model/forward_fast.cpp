@@ -373,9 +373,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
   ThreadPool& pool = m.thread_pool();
 
-  // Phases, in order; each phase's items are independent outputs handed to whichever thread asks
-  // next (ThreadPool::run_phases), and a phase starts once the one before it is complete. Nine
-  // per layer, then the outputs, the head and the copy of the logits.
+  // Phases, in order; each phase's items are independent outputs, each thread's own share first,
+  // then whichever are left (ThreadPool::run_phases), and a phase starts once the one before it
+  // is complete. Nine per layer, then the outputs, the head and the copy of the logits.
   enum Step { kNorm, kQkv, kRope, kAttention, kWo, kMlpNorm, kGateUp, kSwiglu, kDown, kSteps };
   const int64_t layer_phases = static_cast<int64_t>(c.n_layers) * kSteps;
   const int64_t n_phases = layer_phases + 3;
