@@ -75,7 +75,7 @@ Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, 
     if (w.cache) {
       v.keys = w.cache->keys();
       v.values = w.cache->values();
-      v.key_layer_stride = simd::key_blocks(w.cache->capacity) * simd::key_block_stride(kv_dim);
+      v.key_layer_stride = w.cache->key_layer_floats();
       v.value_layer_stride = static_cast<int64_t>(w.cache->capacity) * kv_dim;
     } else {
       v.keys = scratch;
@@ -449,8 +449,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           int64_t b = a + 1;
           while (b < t1 && b - a < simd::kKeysPerBlock - in_block && plan.token_row[static_cast<size_t>(b)] == r) ++b;
           const KvView& kv = plan.kv[static_cast<size_t>(r)];
-          float* keys = kv.keys + l * kv.key_layer_stride + pos / simd::kKeysPerBlock * simd::key_block_stride(kv_dim) +
-                        in_block;
+          float* keys = kv.keys + l * kv.key_layer_stride + simd::key_column(pos, simd::key_block_stride(kv_dim));
           for (int64_t e = 0; e < kv_dim; ++e)
             for (int64_t t = a; t < b; ++t) keys[e * simd::kKeysPerBlock + (t - a)] = qkv[t * qkv_ld + q_dim + e];
           a = b;

@@ -170,10 +170,9 @@ struct KvCache {
   KvCache copy(int32_t positions) const;  // a cache of its own holding this one's first `positions`
   float* keys() const { return data_; }
   float* values() const { return data_ + key_floats_; }
-  // Layer l's keys: key_blocks(capacity) blocks, key_block_stride(kv_dim) floats apart.
-  float* layer_keys(int32_t l) const {
-    return keys() + static_cast<int64_t>(l) * simd::key_blocks(capacity) * simd::key_block_stride(kv_dim);
-  }
+  // One layer's keys: key_blocks(capacity) blocks, key_block_stride(kv_dim) floats apart.
+  int64_t key_layer_floats() const { return simd::key_blocks(capacity) * simd::key_block_stride(kv_dim); }
+  float* layer_keys(int32_t l) const { return keys() + static_cast<int64_t>(l) * key_layer_floats(); }
   float* layer_values(int32_t l) const { return values() + static_cast<int64_t>(l) * capacity * kv_dim; }
   // The keys' whole blocks and the values.
   size_t bytes() const {

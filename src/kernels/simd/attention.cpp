@@ -35,7 +35,7 @@ using DF = hn::CappedTag<float, kKeysPerBlock>;
 // [j, j + N) is the N floats at KeyColumn(kt, block_stride, j) + d * kKeysPerBlock, for j a
 // multiple of N.
 HWY_INLINE const float* KeyColumn(const float* kt, int64_t block_stride, int64_t j) {
-  return kt + j / kKeysPerBlock * block_stride + j % kKeysPerBlock;
+  return kt + key_column(j, block_stride);
 }
 
 // scores[j0 .. j0 + (U - 1) N + last) = (q . k_j) * scale, U vectors of keys at once for
@@ -447,7 +447,7 @@ void Attention(const float* q, const float* kt, int64_t block_stride, const floa
                int32_t head_dim, float scale, float* out, float* scores) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
-    const float* column = kt + j / kKeysPerBlock * block_stride + j % kKeysPerBlock;
+    const float* column = kt + key_column(j, block_stride);
     float dot = 0.0f;
     for (int32_t dd = 0; dd < head_dim; ++dd) dot = ref::fma_f32(q[dd], column[dd * kKeysPerBlock], dot);
     scores[j] = dot * scale;

@@ -105,6 +105,10 @@ constexpr int kMaxTileQueries = 64;
 constexpr int64_t kKeysPerBlock = 16;
 constexpr int64_t key_blocks(int64_t positions) { return (positions + kKeysPerBlock - 1) / kKeysPerBlock; }
 constexpr int64_t key_block_stride(int64_t dim) { return dim * kKeysPerBlock; }
+// Where key j's dimension 0 lies from the first block's (its dimension d kKeysPerBlock * d further).
+constexpr int64_t key_column(int64_t j, int64_t block_stride) {
+  return j / kKeysPerBlock * block_stride + j % kKeysPerBlock;
+}
 
 struct Kernels {
   const char* name = "";    // the Highway target's name, or "portable"
