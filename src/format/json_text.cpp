@@ -30,4 +30,8 @@ void check_json_depth(std::string_view text, const std::string& what) {
                      std::to_string(at) + ")");
 }
 
+nlohmann::json parse_json(std::string_view text) { return nlohmann::json::parse(text); }
+
+nlohmann::ordered_json parse_ordered_json(std::string_view text) { return nlohmann::ordered_json::parse(text); }
+
 }  // namespace lockstep::format

@@ -217,7 +217,7 @@ std::vector<int32_t> parse_eos_token_ids(const json& j, int32_t vocab, const std
 
 void check_specs(const json& j, const std::vector<TensorSpec>& want, const char* key,
                  const std::string& what) {
-  const json expected = json::parse(render_specs(want).dump());
+  const json expected = format::parse_json(render_specs(want).dump());
   if (j != expected)
     refuse(what, std::string(key) + " do not match the configuration: expected " + expected.dump());
 }
@@ -228,7 +228,7 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   check_json_depth(text, what);
   json j;
   try {
-    j = json::parse(text);
+    j = format::parse_json(text);
   } catch (const json::exception& e) {
     refuse(what, std::string("not valid JSON: ") + e.what());
   }

@@ -297,7 +297,7 @@ std::string json_schema_to_gbnf(std::string_view schema_text) {
                                                  " levels (at byte " + std::to_string(at) + ")");
   json schema;
   try {
-    schema = json::parse(schema_text);
+    schema = format::parse_ordered_json(schema_text);
   } catch (const json::exception& e) {
     throw Error(ErrorKind::invalid_argument, std::string("schema: not valid JSON: ") + e.what());
   }

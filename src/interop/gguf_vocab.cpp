@@ -24,6 +24,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "format/json_text.hpp"
 #include "interop/hf_chat_template.hpp"
 #include "lockstep/error.hpp"
 #include "text/utf8.hpp"
@@ -381,8 +382,8 @@ Gpt2Keys gpt2_keys_of(const nlohmann::json& doc, const std::function<void(const 
   for (const char* name : kPreNames) {
     const PreTokenizer p = *pre_tokenizer(name);
     const nlohmann::json normalizer = doc.contains("normalizer") ? doc["normalizer"] : nlohmann::json();
-    if (ids_only(nlohmann::json::parse(p.normalizer.dump())) == ids_only(normalizer) &&
-        ids_only(nlohmann::json::parse(p.pre_tokenizer.dump())) == ids_only(doc.value("pre_tokenizer", nlohmann::json())) &&
+    if (ids_only(format::parse_json(p.normalizer.dump())) == ids_only(normalizer) &&
+        ids_only(format::parse_json(p.pre_tokenizer.dump())) == ids_only(doc.value("pre_tokenizer", nlohmann::json())) &&
         p.ignore_merges == model.value("ignore_merges", false))
       out.pre = name;
   }
@@ -448,7 +449,7 @@ Gpt2Keys gpt2_keys_of(const std::string& tokenizer_json, const std::string& what
   auto unsupported = [&](const std::string& why) { refuse(what, why + "; GGUF export cannot write it", ErrorKind::unsupported); };
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(tokenizer_json);
+    doc = format::parse_json(tokenizer_json);
   } catch (const nlohmann::json::exception& e) {
     refuse(what, std::string("is not JSON: ") + e.what());
   }

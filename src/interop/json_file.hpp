@@ -18,7 +18,7 @@ inline nlohmann::json read_json_file(const std::string& path, size_t max_bytes) 
   const std::string text = format::read_text_file(path, max_bytes);
   format::check_json_depth(text, path);
   try {
-    return nlohmann::json::parse(text);
+    return format::parse_json(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::format, path + ": not valid JSON: " + e.what());
   }

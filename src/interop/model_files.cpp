@@ -11,6 +11,7 @@
 
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "lockstep/error.hpp"
 
@@ -32,7 +33,7 @@ void write_model_with_tokenizer(const std::string& out, const std::function<void
     if (::rename((inner + "/" + name).c_str(), target.file(name).c_str()) != 0)
       throw Error(ErrorKind::io, target.file(name) + ": cannot move the model's files into place");
   ::rmdir(inner.c_str());
-  auto meta = nlohmann::ordered_json::parse(format::read_text_file(target.file("model.json"), size_t{16} << 20));
+  auto meta = format::parse_ordered_json(format::read_text_file(target.file("model.json"), size_t{16} << 20));
   if (!tokenizer.file.empty()) {
     format::write_file_synced(target.file(tokenizer.file), tokenizer.bytes);
     meta["tokenizer"] = {{"type", tokenizer.type}, {"file", tokenizer.file},

@@ -192,7 +192,7 @@ json parse_body(const std::string& body, const std::string& model_name) {
                             " levels (at byte " + std::to_string(at) + ")");
   json j;
   try {
-    j = json::parse(body);
+    j = format::parse_json(body);
   } catch (const json::parse_error& e) {
     std::string what = json_error_text(e);
     if (what.rfind("parse error at ", 0) == 0) what.erase(0, 15);

@@ -5,6 +5,7 @@
 // the field and, from the grammar engine, the keyword or the line and column.
 #include "serve/http_api.hpp"
 
+#include "format/json_text.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::serve {
@@ -65,7 +66,7 @@ std::shared_ptr<const Grammar> from_response_format(const json& f) {
 std::shared_ptr<const Grammar> requested_grammar(const std::string& body, const nlohmann::json& request) {
   const auto any = [&](const char* k) { return request.contains(k) && !request[k].is_null(); };
   if (!any("response_format") && !any("grammar") && !any("json_schema")) return nullptr;
-  const json j = json::parse(body);  // parse_body read it already: it is a JSON object
+  const json j = format::parse_ordered_json(body);  // parse_body read it already: it is a JSON object
   const auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   int count = 0;
   for (const char* k : {"response_format", "grammar", "json_schema"}) count += given(k) ? 1 : 0;

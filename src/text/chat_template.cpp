@@ -18,7 +18,7 @@ constexpr size_t max_template_file = size_t{16} << 20;
 nlohmann::ordered_json parse_json(std::string_view text, const char* what) {
   try {
     format::check_json_depth(std::string(text), what);
-    return nlohmann::ordered_json::parse(text);
+    return format::parse_ordered_json(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::invalid_argument, std::string(what) + " is not valid JSON: " + e.what());
   }
@@ -81,7 +81,7 @@ std::unique_ptr<ChatTemplate> ChatTemplate::for_model(std::string_view model_pat
   nlohmann::ordered_json doc;
   try {
     format::check_json_depth(bytes, path);
-    doc = nlohmann::ordered_json::parse(bytes);
+    doc = format::parse_ordered_json(bytes);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::format, path + ": not valid JSON: " + e.what());
   }

@@ -254,7 +254,7 @@ std::unique_ptr<Tokenizer::Impl> load_hf_tokenizer(const std::string& bytes, con
   hf::json root;
   try {
     format::check_json_depth(bytes, path);
-    root = hf::json::parse(bytes);
+    root = format::parse_json(bytes);
   } catch (const hf::json::exception& e) {
     throw Error(ErrorKind::format, path + ": not valid JSON (truncated?): " + e.what());
   }

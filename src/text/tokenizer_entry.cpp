@@ -15,7 +15,7 @@ TokenizerEntry read_tokenizer_entry(std::string_view model_path) {
   try {
     const std::string text = format::read_text_file(t.json_path, size_t{16} << 20);
     format::check_json_depth(text, t.json_path);
-    j = nlohmann::json::parse(text);
+    j = format::parse_json(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::format, t.json_path + ": not valid JSON: " + e.what());
   }

@@ -157,7 +157,7 @@ Checkpoint read_checkpoint(const std::string& step_dir) {
   try {
     const std::string text = format::read_text_file(training_path, format::kMaxModelJsonBytes);
     format::check_json_depth(text, training_path);
-    j = json::parse(text);
+    j = format::parse_json(text);
   } catch (const json::exception& e) {
     refuse(training_path, std::string("not valid JSON: ") + e.what());
   }

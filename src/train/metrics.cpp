@@ -50,8 +50,13 @@ std::string kept_lines(const std::string& text, int64_t keep_through) {
   std::string line;
   while (std::getline(in, line)) {
     if (format::json_too_deep_at(line) != std::string_view::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
+    nlohmann::json j;
+    try {
+      j = format::parse_json(line);
+    } catch (const nlohmann::json::parse_error&) {
+      continue;
+    }
+    if (!j.is_object()) continue;
     const auto step = j.find("step");
     if (step == j.end() || !step->is_number_integer() || step->get<int64_t>() > keep_through) continue;
     out += line + "\n";

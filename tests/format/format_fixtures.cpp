@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "format/json_text.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
 #include "support/test_util.hpp"
@@ -17,7 +18,7 @@ std::vector<float> write_init_model(const std::string& dir, const ModelConfig& c
   return params;
 }
 
-nlohmann::ordered_json SafetensorsFile::header() const { return nlohmann::ordered_json::parse(header_text); }
+nlohmann::ordered_json SafetensorsFile::header() const { return lockstep::format::parse_ordered_json(header_text); }
 
 SafetensorsFile split_safetensors(const std::string& bytes) {
   if (bytes.size() < 8) throw std::runtime_error("split_safetensors: shorter than 8 bytes");
@@ -51,7 +52,7 @@ void edit_safetensors(const std::string& dir,
 
 void edit_model_json(const std::string& dir, const std::function<void(nlohmann::ordered_json&)>& edit) {
   const std::string path = dir + "/model.json";
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(read_file(path));
+  nlohmann::ordered_json j = lockstep::format::parse_ordered_json(read_file(path));
   edit(j);
   write_file(path, j.dump(2));
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "format/format_fixtures.hpp"
+#include "format/json_text.hpp"
 #include "format/model_json.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/model.hpp"
@@ -22,7 +23,7 @@ TEST(ModelJson, WrittenFileStatesLayoutIoAndParameters) {
   test::TempDir tmp;
   const ModelConfig config = test::tiny_gqa_config(12);
   test::write_init_model(tmp / "m", config);
-  const nlohmann::json j = nlohmann::json::parse(test::read_file(tmp / "m/model.json"));
+  const nlohmann::json j = lockstep::format::parse_json(test::read_file(tmp / "m/model.json"));
   EXPECT_EQ(j.at("format"), "lockstep.model");
   EXPECT_EQ(j.at("format_version"), 2);
   EXPECT_EQ(j.at("architecture"), "decoder-lm");
@@ -32,8 +33,8 @@ TEST(ModelJson, WrittenFileStatesLayoutIoAndParameters) {
   EXPECT_EQ(j.at("config").at("d_model"), 24);
   EXPECT_EQ(j.at("config").at("n_kv_heads"), 2);
   EXPECT_EQ(j.at("config").at("norm_eps").get<double>(), 1e-5);
-  EXPECT_EQ(j.at("inputs"), nlohmann::json::parse(R"([{"name":"inputs","shape":[1,12],"dtype":"i32"}])"));
-  EXPECT_EQ(j.at("outputs"), nlohmann::json::parse(R"([{"name":"logits","shape":[1,12,256],"dtype":"f32"},
+  EXPECT_EQ(j.at("inputs"), lockstep::format::parse_json(R"([{"name":"inputs","shape":[1,12],"dtype":"i32"}])"));
+  EXPECT_EQ(j.at("outputs"), lockstep::format::parse_json(R"([{"name":"logits","shape":[1,12,256],"dtype":"f32"},
                                                         {"name":"hidden","shape":[1,12,24],"dtype":"f32"}])"));
   EXPECT_TRUE(j.at("checkpoint").is_null());
   EXPECT_EQ(j.at("weights").at("file"), "params.safetensors");
@@ -43,7 +44,7 @@ TEST(ModelJson, WrittenFileStatesLayoutIoAndParameters) {
   const ParameterRegistry registry(config);
   EXPECT_EQ(j.at("parameter_count"), registry.total());
   ASSERT_EQ(j.at("parameters").size(), registry.entries().size());
-  EXPECT_EQ(j.at("parameters")[0], nlohmann::json::parse(R"({"name":"embed","shape":[256,24],"offset":0})"));
+  EXPECT_EQ(j.at("parameters")[0], lockstep::format::parse_json(R"({"name":"embed","shape":[256,24],"offset":0})"));
 }
 
 // docs/FORMAT.md's example is what `lockstep init --seed 1` writes for its configuration.
@@ -53,7 +54,7 @@ TEST(ModelJson, DocumentedExampleIsWhatLockstepWrites) {
   ASSERT_NE(begin, std::string::npos) << "no json example in docs/FORMAT.md";
   const size_t end = doc.find("```", begin + 8);
   ASSERT_NE(end, std::string::npos);
-  const nlohmann::json example = nlohmann::json::parse(doc.substr(begin + 8, end - begin - 8));
+  const nlohmann::json example = lockstep::format::parse_json(doc.substr(begin + 8, end - begin - 8));
 
   ModelConfig config;
   config.vocab_size = 8;
@@ -66,7 +67,7 @@ TEST(ModelJson, DocumentedExampleIsWhatLockstepWrites) {
   config.batch = 1;
   test::TempDir tmp;
   test::write_init_model(tmp / "m", config, 1);
-  EXPECT_EQ(nlohmann::json::parse(test::read_file(tmp / "m/model.json")), example);
+  EXPECT_EQ(lockstep::format::parse_json(test::read_file(tmp / "m/model.json")), example);
 }
 
 format::ModelDescription full_description() {
@@ -285,7 +286,7 @@ TEST_F(ModelJsonRefusal, BadBiasOrRopeScaling) {
   ExpectRefused([](ordered_json& j) { j["config"]["o_bias"] = "yes"; }, {"config.o_bias is not a boolean"});
   // A bias the parameter list does not have.
   ExpectRefused([](ordered_json& j) { j["config"]["qkv_bias"] = true; }, {"parameters must list the"});
-  const ordered_json good = ordered_json::parse(
+  const ordered_json good = lockstep::format::parse_ordered_json(
       R"({"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192})");
   ExpectRefused([](ordered_json& j) { j["config"]["rope_scaling"] = 2; }, {"config.rope_scaling is not a JSON object"});

@@ -10,6 +10,7 @@
 
 #include "core/sha256.hpp"
 #include "format/format_fixtures.hpp"
+#include "format/json_text.hpp"
 #include "format/model_json.hpp"
 #include "format/safetensors.hpp"
 #include "format/weights.hpp"
@@ -108,7 +109,7 @@ TEST(FormatRoundTrip, WeightsFileIsStandardSafetensors) {
   EXPECT_EQ((8 + n) % 64, 0u) << "data section not 64-byte aligned";
   const std::string header_text = bytes.substr(8, n);
   EXPECT_EQ(header_text.front(), '{');
-  const nlohmann::json header = nlohmann::json::parse(header_text);
+  const nlohmann::json header = lockstep::format::parse_json(header_text);
   ASSERT_TRUE(header.is_object());
   EXPECT_EQ(header.size(), registry.entries().size() + 1);  // + __metadata__
   EXPECT_EQ(header.at("__metadata__"),

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "format/json_text.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/generator.hpp"
 #include "lockstep/grammar.hpp"
@@ -71,7 +72,7 @@ void validate(const test::TempDir& dir, const std::string& lines) {
 }
 
 TEST(SampledAnswers, FortunesModelAnswersValidate) {
-  const nlohmann::json schemas = nlohmann::json::parse(test::read_file(kDir + "data/schemas.json"));
+  const nlohmann::json schemas = lockstep::format::parse_json(test::read_file(kDir + "data/schemas.json"));
   Subject s{"fortunes", Model::load(std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/fortunes"),
             TokenVocabulary::bytes(), nullptr, {'J', 'S', 'O', 'N', ':', ' '}};
   test::TempDir dir;
@@ -79,7 +80,7 @@ TEST(SampledAnswers, FortunesModelAnswersValidate) {
 }
 
 TEST(SampledAnswers, RandomBpeModelAnswersValidate) {
-  const nlohmann::json schemas = nlohmann::json::parse(test::read_file(kDir + "data/schemas.json"));
+  const nlohmann::json schemas = lockstep::format::parse_json(test::read_file(kDir + "data/schemas.json"));
   test::TempDir dir;
   const auto made = test::run_command({LOCKSTEP_PYTHON, kDir + "make_bpe_tokenizer.py", dir / "tokenizer.json"});
   ASSERT_EQ(made.status, 0) << made.err;

@@ -24,6 +24,7 @@
 
 #include "format/gguf_read.hpp"
 #include "format/half.hpp"
+#include "format/json_text.hpp"
 #include "kernels/ref/ops.hpp"
 #include "lockstep/chat_template.hpp"
 #include "lockstep/interop.hpp"
@@ -328,7 +329,7 @@ TEST(GgufImport, KeepsTheBlocksBitForBitAndLoadsAsTheInt8dotProfile) {
     const std::string bytes = m.file.bytes();
     const std::string dir = import_file(tmp, bytes, tied ? "tied" : "untied");
     EXPECT_EQ(test::read_file(dir + "/model.gguf"), bytes);  // the file, byte for byte
-    const auto j = nlohmann::json::parse(test::read_file(dir + "/model.json"));
+    const auto j = lockstep::format::parse_json(test::read_file(dir + "/model.json"));
     EXPECT_EQ(j.at("profile"), "lockstep-int8dot-1");
     EXPECT_EQ(j.at("format_version"), 2);
     EXPECT_EQ(j.at("weights").at("format"), "gguf");

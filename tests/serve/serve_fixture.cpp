@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "format/json_text.hpp"
+
 namespace lockstep::test {
 namespace {
 
@@ -147,7 +149,7 @@ RawClient::RawClient(const std::string& socket_path) {
   if (fd_ < 0) throw std::runtime_error("cannot connect to " + socket_path + ": " + std::strerror(errno));
   const auto frame = read_frame();
   if (!frame) throw std::runtime_error("no handshake from " + socket_path);
-  handshake_ = nlohmann::json::parse(*frame);
+  handshake_ = lockstep::format::parse_json(*frame);
 }
 
 RawClient::RawClient(const std::string& host, int port) {
@@ -156,7 +158,7 @@ RawClient::RawClient(const std::string& host, int port) {
   if (fd_ < 0) throw std::runtime_error("cannot connect to " + where + ": " + std::strerror(errno));
   const auto frame = read_frame();
   if (!frame) throw std::runtime_error("no handshake from " + where);
-  handshake_ = nlohmann::json::parse(*frame);
+  handshake_ = lockstep::format::parse_json(*frame);
 }
 
 RawClient::~RawClient() { close(); }

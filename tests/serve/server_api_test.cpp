@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "format/json_text.hpp"
 #include "lockstep/server.hpp"
 #include "serve/serve_fixture.hpp"
 
@@ -23,7 +24,7 @@ TEST(ServerApi, ServesUntilStoppedThenRemovesItsSocket) {
   options.outputs = {"logits"};
   const auto model = tiny_model();
   Server server(model, options);
-  EXPECT_EQ(nlohmann::json::parse(server.handshake())["outputs"][0]["shape"],
+  EXPECT_EQ(lockstep::format::parse_json(server.handshake())["outputs"][0]["shape"],
             nlohmann::json({1, 1, 256}));
   ServerStats stats;
   std::thread serving([&] { stats = server.serve(); });

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "format/json_text.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/tokenizer.hpp"
 #include "lockstep/training_run.hpp"
@@ -230,7 +231,7 @@ void attach_tokenizer(const std::string& dir, const std::string& tokenizer) {
   std::filesystem::copy_file(tokenizer, dir + "/tokenizer.json");
   const auto sum = test::run_command({"sha256sum", dir + "/tokenizer.json"});
   ASSERT_EQ(sum.status, 0) << sum.err;
-  nlohmann::json j = nlohmann::json::parse(test::read_file(dir + "/model.json"));
+  nlohmann::json j = lockstep::format::parse_json(test::read_file(dir + "/model.json"));
   j["tokenizer"] = {{"type", "huggingface"}, {"file", "tokenizer.json"}, {"sha256", sum.out.substr(0, 64)}};
   test::write_file(dir + "/model.json", j.dump(2) + "\n");
 }

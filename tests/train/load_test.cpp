@@ -6,6 +6,7 @@
 
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "format/safetensors.hpp"
 #include "lockstep/error.hpp"
@@ -71,7 +72,7 @@ TEST(FrozenLoad, StaysBitwiseUnchangedAndIsNamedBySha256) {
   for (size_t i = 0; i < frozen.size(); ++i) ASSERT_EQ(ck.state.m[i], 0.0f) << i;
 
   // model.json names the file and its SHA-256; the weights files leave the tensor out.
-  const auto j = nlohmann::json::parse(test::read_file(step + "/model.json"));
+  const auto j = lockstep::format::parse_json(test::read_file(step + "/model.json"));
   ASSERT_EQ(j["loaded"].size(), 1u);
   EXPECT_EQ(j["loaded"][0]["name"], "embed");
   EXPECT_EQ(j["loaded"][0]["file"], dir / "frozen.safetensors");

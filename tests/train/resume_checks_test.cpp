@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/json_text.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/training_run.hpp"
@@ -55,7 +56,7 @@ class TrainingJson : public ::testing::Test {
   // training.json with `edit` applied; resuming from it must be refused with every `parts`.
   void ExpectResumeRefused(const std::function<void(ordered_json&)>& edit, const std::vector<std::string>& parts,
                            const std::string& run = "") {
-    ordered_json j = ordered_json::parse(original_);
+    ordered_json j = lockstep::format::parse_ordered_json(original_);
     edit(j);
     test::write_file(path_, j.dump(2) + "\n");
     const std::string m = refusal([&] { train(run.empty() ? run_ : run, dir_ / "ck", 8, true); });

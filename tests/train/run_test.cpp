@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/atomic_write.hpp"
+#include "format/json_text.hpp"
 #include "format/mapped_file.hpp"
 #include "format/model_json.hpp"
 #include "format/safetensors.hpp"
@@ -178,7 +179,7 @@ TEST(TrainingRun, CheckpointsAreModelDirectoriesWithTheTrainingState) {
   EXPECT_EQ(files.at("run.sx"), test::read_file(run));
   // No path of the checkpoint location inside (the run file's own paths are its text).
   for (const auto& [name, bytes] : files) EXPECT_EQ(bytes.find(dir / "c"), std::string::npos) << name;
-  const auto model_json = nlohmann::json::parse(files.at("model.json"));
+  const auto model_json = lockstep::format::parse_json(files.at("model.json"));
   EXPECT_EQ(model_json["checkpoint"]["step"], 12);
   EXPECT_EQ(model_json["checkpoint"]["slug"], "tiny-test");
   EXPECT_EQ(model_json["checkpoint"]["path"], nullptr);
@@ -216,7 +217,7 @@ TEST(TrainingRun, CheckpointsAreModelDirectoriesWithTheTrainingState) {
   train(plain, dir / "p");
   const auto plain_files = test::checkpoint_files(dir / "p/step-00000004");
   EXPECT_EQ(plain_files.count("trained.safetensors"), 0u);
-  EXPECT_EQ(nlohmann::json::parse(plain_files.at("model.json"))["weights_averaged"], false);
+  EXPECT_EQ(lockstep::format::parse_json(plain_files.at("model.json"))["weights_averaged"], false);
   EXPECT_TRUE(test::same_bits(Model::load(dir / "p")->parameters(),
                               train::read_checkpoint(dir / "p/step-00000004").state.parameters));
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/rng.hpp"
+#include "format/json_text.hpp"
 
 namespace lockstep::test {
 
@@ -126,7 +127,7 @@ std::map<int64_t, std::string> metrics_loss_bits(const std::string& path) {
   std::istringstream in(read_file(path));
   std::string line;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
+    const auto j = lockstep::format::parse_json(line);
     const int64_t step = j.at("step").get<int64_t>();
     if (out.count(step))
       throw std::runtime_error("metrics.jsonl has step " + std::to_string(step) + " twice");
