@@ -176,10 +176,8 @@ const std::vector<float>& Model::Impl::full_parameters() const {
   if (released.empty()) return parameters;
   std::call_once(restore_once, [this] {
     for (const Released& r : released) {
-      if (r.rows) {  // dequantized whole, as the reader did, then the released range copied back
-        std::vector<float> values(static_cast<size_t>(r.rows->K * r.rows->N));
-        quant::dequantize_rows(*r.rows, values.data(), true);
-        std::copy(values.begin() + (r.begin - r.offset), values.begin() + (r.end - r.offset), parameters.data() + r.begin);
+      if (r.rows) {  // the released range dequantized as the reader would have
+        quant::dequantize_range(*r.rows, parameters.data() + r.offset, true, r.begin - r.offset, r.end - r.offset);
         continue;
       }
       const simd::PackedMatrix& b = *r.packed;

@@ -68,4 +68,26 @@ void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
   }
 }
 
+void dequantize_range(const BlockRows& m, float* out, bool transpose, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
+  // Block b of output n holds inputs [32 b, 32 b + 32): decoded once, its values in the range written.
+  auto put = [&](int64_t n, int64_t b) {
+    const uint8_t* block = m.rows.data() + (n * blocks + b) * bytes;
+    int8_t values[kBlockValues];
+    block_values(m.type, block, values);
+    const float d = block_scale(block);
+    for (int j = 0; j < kBlockValues; ++j) {
+      const int64_t k = b * kBlockValues + j, i = transpose ? k * m.N + n : n * m.K + k;
+      if (i >= begin && i < end) out[i] = d * static_cast<float>(values[j]);
+    }
+  };
+  if (transpose) {  // out[k N + n]: every output's block b for each b whose inputs the range touches
+    for (int64_t b = begin / m.N / kBlockValues; b <= (end - 1) / m.N / kBlockValues; ++b)
+      for (int64_t n = 0; n < m.N; ++n) put(n, b);
+  } else {  // out[n K + k]: block i / 32 holds element i (K is a multiple of 32)
+    for (int64_t a = begin / kBlockValues; a <= (end - 1) / kBlockValues; ++a) put(a / blocks, a % blocks);
+  }
+}
+
 }  // namespace lockstep::quant

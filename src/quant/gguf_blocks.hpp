@@ -62,5 +62,8 @@ using BlockMatrices = std::unordered_map<int64_t, BlockRows>;
 // Every value of `m` dequantized, w = dw * float(q) (one rounded multiply): into out [K, N]
 // (lockstep's [in, out] layout, `transpose`) or out [N, K] (the rows as they are: an embedding).
 void dequantize_rows(const BlockRows& m, float* out, bool transpose);
+// The same values at out[i] for i in [begin, end) alone (indices into the whole layout above):
+// what a loader keeps of a matrix whose whole pages it gives back, or restores of them.
+void dequantize_range(const BlockRows& m, float* out, bool transpose, int64_t begin, int64_t end);
 
 }  // namespace lockstep::quant
