@@ -136,6 +136,8 @@ class ThreadPool {
   // Per slot, the phase whose completion it sleeps for (INT64_MAX: none): a completion wakes
   // the sleepers only when one of them waits for it or an earlier phase.
   std::unique_ptr<std::atomic<int64_t>[]> awaits_;
+  // Per slot, how many microseconds wait_phase spins before it sleeps (thread_pool.cpp, kSpin).
+  std::unique_ptr<std::atomic<int32_t>[]> spin_us_;
   std::atomic<bool> failed_{false};
 };
 
