@@ -7,8 +7,9 @@
 // worker stalls the others; run_phases() hands each participant its own share of a phase's items
 // first and then the others' to whoever asks, and never waits for a worker that holds no item,
 // so the caller alone can finish the job when its helpers are late.
-// Waiting threads spin only a few microseconds, then sleep on a futex (std::atomic::wait): a
-// core whose thread sleeps goes idle, and the kernel can move a waiting thread onto it.
+// Waiting threads spin only a few microseconds (a phase's wait up to 50 while its waits keep
+// ending within the spin, thread_pool.cpp), then sleep on a futex (std::atomic::wait): a core
+// whose thread sleeps goes idle, and the kernel can move a waiting thread onto it.
 #pragma once
 
 #include <atomic>
@@ -136,7 +137,7 @@ class ThreadPool {
   // Per slot, the phase whose completion it sleeps for (INT64_MAX: none): a completion wakes
   // the sleepers only when one of them waits for it or an earlier phase.
   std::unique_ptr<std::atomic<int64_t>[]> awaits_;
-  // Per slot, how many microseconds wait_phase spins before it sleeps (thread_pool.cpp, kSpin).
+  // Per slot, how many microseconds wait_phase spins before it sleeps (thread_pool.cpp, kPhaseSpinUs).
   std::unique_ptr<std::atomic<int32_t>[]> spin_us_;
   std::atomic<bool> failed_{false};
 };
