@@ -122,7 +122,6 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
   // one f32 matrix's zeros at a time beside the blocks, and the model the f32 values of its other
   // tensors (Model::Impl restores the given back pages from the blocks, on demand). Dequantizing
   // whole matrices only to give their pages back was 42% of loading an l768 Q8_0 file.
-  out.parameters.reserve(static_cast<size_t>(reg.total()));
 
   // Each registry parameter and the GGUF tensor it comes from.
   struct Target {
@@ -154,10 +153,7 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
     return s + "}";
   };
-  auto place = [&](const GgufTensor& t, const Target& to) {
-    if (t.ne != to.ne)
-      refuse(what, "tensor '" + t.name + "' has ne " + shape_text(t.ne) + ", expected " + shape_text(to.ne) +
-                       " for the configuration its keys give");
+  auto place = [&](const GgufTensor& t, const Target& to) {  // t's shape checked below, before it
     float* dst = out.parameters.data() + to.offset;
     const int64_t K = static_cast<int64_t>(t.ne[0]), N = to.matrix ? static_cast<int64_t>(t.ne[1]) : 1;
     if (const auto type = quant::block_type_of(t.type)) {
@@ -196,11 +192,23 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
   }
   std::vector<std::pair<std::string, Target>> in_order(targets.begin(), targets.end());
   std::sort(in_order.begin(), in_order.end(), [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
-  for (const auto& [name, to] : in_order) {
+  // Tied (no output.weight): the head is the embedding's rows, one row per output already.
+  auto tensor_of = [&](const std::string& name) -> const GgufTensor& {
     const auto it = source.find(name);
     if (it == source.end() && name != "output.weight") refuse(what, "has no tensor '" + name + "'");
-    // Tied (no output.weight): the head is the embedding's rows, one row per output already.
-    const GgufTensor& t = it == source.end() ? *embd : *it->second;
+    return it == source.end() ? *embd : *it->second;
+  };
+  // Every tensor there in the shape its keys give before anything is reserved: the file's bytes
+  // then bound the parameters (its keys alone could ask for gigabytes: the fuzzer found one).
+  for (const auto& [name, to] : in_order) {
+    const GgufTensor& t = tensor_of(name);
+    if (t.ne != to.ne)
+      refuse(what, "tensor '" + t.name + "' has ne " + shape_text(t.ne) + ", expected " + shape_text(to.ne) +
+                       " for the configuration its keys give");
+  }
+  out.parameters.reserve(static_cast<size_t>(reg.total()));
+  for (const auto& [name, to] : in_order) {
+    const GgufTensor& t = tensor_of(name);
     const int64_t count = static_cast<int64_t>(to.ne[0]) * (to.ne.size() > 1 ? static_cast<int64_t>(to.ne[1]) : 1);
     out.parameters.resize(static_cast<size_t>(to.offset + count), 0.0f);
     place(t, to);
