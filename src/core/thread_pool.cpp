@@ -21,15 +21,15 @@ namespace {
 // a thread whose partner was descheduled, or shares its core, gives the core up at once: the
 // old policy (4096 rounds of pause, then yield, about 0.1-1 ms) cost that much per barrier
 // whenever the two threads of a 2-thread call shared a core, 40 barriers per decoded token.
-constexpr auto kSpin = std::chrono::microseconds(5);
-// wait_phase's spin adapts per slot between kSpin and kPhaseSpin: a wait that ends within the
-// spin doubles it (up to kPhaseSpin), one that had to sleep sets it back to kSpin. With both
+constexpr int32_t kSpinUs = 5;
+constexpr auto kSpin = std::chrono::microseconds(kSpinUs);
+// wait_phase's spin adapts per slot between kSpinUs and kPhaseSpinUs: a wait that ends within the
+// spin doubles it (up to kPhaseSpinUs), one that had to sleep sets it back to kSpinUs. With both
 // threads running, a phase often ends 5-50 us after a thread's share (decode's phases are that
 // short, and their shares uneven), and a worker that sleeps leaves the job, so the caller ran
 // the next phases alone until it woke: l768 Q8_0 decode on 2 threads went 347-368 -> 446-462
 // tokens/s with 50 us (prefill unchanged). A partner descheduled or sharing the core makes waits
 // sleep, and the spin short again, as before.
-constexpr int32_t kSpinUs = 5;
 constexpr int32_t kPhaseSpinUs = 50;
 
 constexpr uint64_t kOpen = uint64_t{1} << 31;
@@ -37,7 +37,7 @@ constexpr uint64_t kMembers = kOpen - 1;
 constexpr uint64_t kPhased = uint64_t{1} << 15;
 constexpr uint64_t kThreadsMask = kPhased - 1;
 
-// Spins while !done() for up to kSpin; returns done().
+// Spins while !done() for up to how_long; returns done().
 template <typename Pred>
 bool spin(Pred done, std::chrono::microseconds how_long = kSpin) {
   const auto until = std::chrono::steady_clock::now() + how_long;

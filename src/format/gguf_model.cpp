@@ -166,11 +166,14 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
       if (to.embedding) {  // the lookup reads its f32 rows
         quant::dequantize_rows(rows, dst, false);
       } else {  // only the floats of the pages at its two ends stay: the whole pages between go back
-        const auto [first, last] = whole_float_pages(out.parameters.data(), to.offset, K * N);
-        const int64_t count = K * N, keep_to = first < last ? first - to.offset : count;
-        quant::dequantize_range(rows, dst, true, 0, keep_to);
-        if (first < last) quant::dequantize_range(rows, dst, true, last - to.offset, count);
-        release_float_pages(out.parameters.data(), to.offset, count);
+        const int64_t count = K * N;
+        auto [first, last] = whole_float_pages(out.parameters.data(), to.offset, count);
+        if (first >= last) first = last = to.offset + count;  // no whole page: all of it stays
+        quant::dequantize_range(rows, dst, true, 0, first - to.offset);
+        quant::dequantize_range(rows, dst, true, last - to.offset, count);
+        const auto released = release_float_pages(out.parameters.data(), to.offset, count);
+        if (released.first >= released.second)  // kept after all (madvise refused): fill it too
+          quant::dequantize_range(rows, dst, true, first - to.offset, last - to.offset);
       }
       out.blocks.emplace(to.offset, std::move(rows));
       return;

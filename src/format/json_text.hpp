@@ -1,7 +1,7 @@
 // JSON from outside (a file someone wrote, a request body): the one place that parses it, and a
-// bound on its nesting, checked before nlohmann parses it. nlohmann's parser is iterative, but copying, comparing and dump()
-// recurse once per level, so 100,000 nested brackets (200 KB) overflow the stack; no document
-// lockstep reads nests past a handful of levels.
+// bound on its nesting, checked before nlohmann parses it. nlohmann's parser is iterative, but
+// copying, comparing and dump() recurse once per level, so 100,000 nested brackets (200 KB)
+// overflow the stack; no document lockstep reads nests past a handful of levels.
 #pragma once
 
 #include <cstddef>

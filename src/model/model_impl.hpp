@@ -125,7 +125,7 @@ struct Model::Impl {
     std::vector<uint16_t> low;  // [end - begin]
     std::vector<int64_t> ties_up;
     // A matrix in GGUF blocks (profile lockstep-int8dot-1): restored by dequantizing its rows,
-    // as the reader did (quant::dequantize_rows), not from `packed`.
+    // as the reader did (quant::dequantize_range), not from `packed`.
     const quant::BlockRows* rows = nullptr;
   };
   std::vector<Released> released;

@@ -52,22 +52,6 @@ BlockRows block_rows(BlockType type, int64_t K, int64_t N, std::span<const uint8
   return {type, K, N, bytes, std::move(owner)};
 }
 
-void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
-  const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
-  int8_t values[kBlockValues];
-  for (int64_t n = 0; n < m.N; ++n) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = m.rows.data() + (n * blocks + b) * bytes;
-      block_values(m.type, block, values);
-      const float d = block_scale(block);
-      for (int j = 0; j < kBlockValues; ++j) {
-        const int64_t k = b * kBlockValues + j;
-        out[transpose ? k * m.N + n : n * m.K + k] = d * static_cast<float>(values[j]);
-      }
-    }
-  }
-}
-
 void dequantize_range(const BlockRows& m, float* out, bool transpose, int64_t begin, int64_t end) {
   if (begin >= end) return;
   const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
@@ -88,6 +72,10 @@ void dequantize_range(const BlockRows& m, float* out, bool transpose, int64_t be
   } else {  // out[n K + k]: block i / 32 holds element i (K is a multiple of 32)
     for (int64_t a = begin / kBlockValues; a <= (end - 1) / kBlockValues; ++a) put(a / blocks, a % blocks);
   }
+}
+
+void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
+  dequantize_range(m, out, transpose, 0, m.K * m.N);
 }
 
 }  // namespace lockstep::quant
