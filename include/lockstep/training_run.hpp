@@ -118,6 +118,7 @@ struct RunOptions {
   bool resume = false;           // continue from the newest complete checkpoint
   Device device = Device::cpu;
   int threads = 0;  // 0: one per physical core
+  std::string simd_target;  // as ModelOptions::simd_target
   std::shared_ptr<ThreadPool> pool;
   RunObserver* observer = nullptr;  // not owned; may be null
   // When set and it becomes true (the command's SIGINT / SIGTERM handler sets it), the run

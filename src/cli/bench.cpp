@@ -45,6 +45,7 @@ Run add_bench(CLI::App& app) {
     std::string device = "cpu";
     int32_t batch = 1;
     int32_t prefill = 0;  // 0: the window
+    std::string simd;     // empty: the best target here
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("bench", "measure a model's forward and decoding speed on this machine");
@@ -57,6 +58,9 @@ Run add_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--batch", f->batch, "rows of each timed forward pass")->capture_default_str();
   cmd->add_option("--prefill", f->prefill, "positions of each row of a timed forward pass (default: the window)");
+  cmd->add_option("--simd", f->simd, "the SIMD target to time (default: the best here)")
+      ->type_name("TARGET")
+      ->envname("LOCKSTEP_SIMD");
   return [f] {
     // A figure a line as each is measured (every one takes --seconds), also into a pipe or file.
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -78,7 +82,8 @@ Run add_bench(CLI::App& app) {
     if (device == Device::reference)
       throw Error(ErrorKind::invalid_argument, "--device: cpu or cuda (--reference times the reference)");
     LoadOptions options;
-    options.device = device;  // on cuda, the weights go to the GPU here, once
+    options.device = device;
+    options.simd_target = checked_simd_target(f->simd, device);  // on cuda, the weights go to the GPU here, once
     int most = 1;
     for (int t : threads) most = std::max(most, t);
     options.threads = most;
@@ -91,9 +96,10 @@ Run add_bench(CLI::App& app) {
     const int64_t rows = f->batch;
     std::vector<int32_t> ids(static_cast<size_t>(rows * std::max(positions, std::min<int32_t>(16, c.length))));
     for (size_t t = 0; t < ids.size(); ++t) ids[t] = static_cast<int32_t>((t * 7 + 3) % static_cast<size_t>(c.vocab_size));
-    std::printf("bench %s: window %d, %s parameters, forward passes of %d x %d positions\n",
+    std::printf("bench %s: window %d, %s parameters, forward passes of %d x %d positions, SIMD target %s\n",
                 model->source().directory.c_str(), c.length, with_commas(model->registry().total()).c_str(),
-                static_cast<int>(rows), positions);
+                static_cast<int>(rows), positions,
+                device == Device::cpu ? (f->simd.empty() ? simd_targets().front() : f->simd).c_str() : "(none)");
     std::fflush(stdout);
     auto forward = [&](CallOptions call) {
       return best_time(f->seconds, [&] { model->logits({ids.data(), rows, positions}, {}, call); });

@@ -29,10 +29,12 @@ Run add_export(CLI::App& app);
 Run add_export_gguf(CLI::App& app);
 Run add_import(CLI::App& app);  // `import hf`, `import gguf`
 
-// The --device and --cpu-cores flags (with LOCKSTEP_DEVICE and LOCKSTEP_CPU_CORES).
+// The --device, --cpu-cores and --simd flags (with LOCKSTEP_DEVICE, LOCKSTEP_CPU_CORES and
+// LOCKSTEP_SIMD).
 struct DeviceFlags {
   std::string device = "cpu";
   std::string cpu_cores;  // as given; empty: not given (one thread per physical core)
+  std::string simd;       // a SIMD target of simd_targets() for --device cpu; empty: the best
   void add_to(CLI::App& cmd);
   // Parsed and checked; throws lockstep::Error.
   LoadOptions load_options() const;
@@ -59,6 +61,9 @@ std::string human_bytes(double bytes);
 // "tokenizer  ": its tokenizer (type, file, pieces, sha256), "bytes (...)" for a vocabulary of
 // 256 without one, else "none: token ids only (...)". One rule for every command.
 std::string tokenizer_line(const std::string& model_dir, int32_t vocab_size);
+// `name` checked as a --simd value (a target of simd_targets(), for the cpu device only);
+// throws lockstep::Error naming the targets this CPU runs.
+std::string checked_simd_target(const std::string& name, Device device);
 // "1,234,567"
 std::string with_commas(int64_t n);
 // "[1, 256, 256]"

@@ -13,6 +13,9 @@ void DeviceFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--cpu-cores", cpu_cores, "most worker threads --device cpu uses (positive integer)")
       ->type_name("INT")
       ->envname("LOCKSTEP_CPU_CORES");
+  cmd.add_option("--simd", simd, "the SIMD target of --device cpu (the same bits on each; default: the best here)")
+      ->type_name("TARGET")
+      ->envname("LOCKSTEP_SIMD");
 }
 
 namespace {
@@ -47,7 +50,23 @@ LoadOptions DeviceFlags::load_options() const {
       throw Error(ErrorKind::invalid_argument, "--cpu-cores must be in " + range + ", got " + cpu_cores);
     o.threads = static_cast<int>(*n);
   }
+  o.simd_target = checked_simd_target(simd, o.device);
   return o;
+}
+
+std::string checked_simd_target(const std::string& name, Device device) {
+  if (name.empty()) return name;
+  std::string known;
+  for (const std::string& t : simd_targets()) {
+    if (t == name) {
+      if (device != Device::cpu)
+        throw Error(ErrorKind::invalid_argument,
+                    std::string("--simd chooses the kernels of --device cpu, not of --device ") + device_name(device));
+      return name;
+    }
+    known += (known.empty() ? "" : ", ") + t;
+  }
+  throw Error(ErrorKind::invalid_argument, "--simd: '" + name + "' is not a SIMD target this CPU runs; it runs " + known);
 }
 
 CLI::Validator seed_range() {

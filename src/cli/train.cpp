@@ -184,6 +184,7 @@ Run add_train(CLI::App& app) {
     RunOptions options;
     options.device = device.device;
     options.threads = device.threads;
+    options.simd_target = device.simd_target;
     options.resume = f->resume;
     if (cmd->count("--steps") > 0) {
       if (f->steps < 1 || f->steps > 1000000000)

@@ -251,6 +251,7 @@ RunResult train_ranks(const RunSpec& run, const std::string& dir, const RunOptio
   TrainerOptions to;
   to.device = options.device;
   to.threads = options.threads;
+  to.simd_target = options.simd_target;
   to.pool = pool;
   to.precision = run.precision;
   to.adamw = run.adamw;

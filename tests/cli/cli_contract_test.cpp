@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include "lockstep/model.hpp"
 #include "support/test_util.hpp"
 
 namespace lockstep {
@@ -72,6 +73,29 @@ TEST(CliContract, CpuCoresMustBePositive) {
   EXPECT_EQ(env.status, 1);
   EXPECT_TRUE(has(env.err, "lockstep eval: error: --cpu-cores must be in [1, 1024], got 0")) << env.err;
   EXPECT_EQ(test::run_command({"env", "LOCKSTEP_CPU_CORES=1", kBin, "eval", m, "--data", dir / "m/model.json"}).status, 0);
+}
+
+// --simd names a target this CPU runs (the message lists them), for --device cpu only; the
+// variable LOCKSTEP_SIMD is the same flag.
+TEST(CliContract, SimdMustNameATargetThisCpuRuns) {
+  test::TempDir dir;
+  const std::string m = tiny_model(dir);
+  std::string runs;
+  for (const std::string& t : simd_targets()) runs += (runs.empty() ? "" : ", ") + t;
+  for (const char* bad : {"AVX9", "avx2"})
+    for (const char* command : {"call", "eval", "bench"}) {
+      std::vector<std::string> args = {command, m, "--simd", bad};
+      if (std::string(command) == "eval") args.insert(args.end(), {"--data", dir / "m/model.json"});
+      refused(args, std::string("lockstep ") + command,
+              "--simd: '" + std::string(bad) + "' is not a SIMD target this CPU runs; it runs " + runs);
+    }
+  refused({"generate", m, "--prompt", "a", "--device", "reference", "--simd", "portable"}, "lockstep generate",
+          "--simd chooses the kernels of --device cpu, not of --device reference");
+  const auto env = test::run_command({"env", "LOCKSTEP_SIMD=AVX9", kBin, "eval", m, "--data", dir / "m/model.json"});
+  EXPECT_EQ(env.status, 1);
+  EXPECT_TRUE(has(env.err, "lockstep eval: error: --simd: 'AVX9' is not a SIMD target")) << env.err;
+  EXPECT_EQ(test::run_command({"env", "LOCKSTEP_SIMD=portable", kBin, "eval", m, "--data", dir / "m/model.json"}).status,
+            0);
 }
 
 TEST(CliContract, SeedsOutOfRangeAreRefusedNotWrapped) {

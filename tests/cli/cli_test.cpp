@@ -58,6 +58,14 @@ TEST(Cli, BenchTakesThePrefillLengthAndRefusesOneOutsideTheWindow) {
     EXPECT_EQ(refused.status, 1) << bad;
     EXPECT_NE(refused.err.find("--prefill must be in [1, 12]"), std::string::npos) << refused.err;
   }
+  // --simd times the target named (each target the CPU runs), and the header says which.
+  for (const std::string& target : simd_targets()) {
+    const auto t = test::run_command({kBin, "bench", m, "--threads", "1", "--seconds", "0", "--decode-tokens", "1",
+                                      "--prefill", "2", "--simd", target});
+    ASSERT_EQ(t.status, 0) << target << t.err;
+    EXPECT_NE(t.out.find("SIMD target " + target + "\n"), std::string::npos) << t.out;
+  }
+  EXPECT_NE(r.out.find("SIMD target " + simd_targets().front() + "\n"), std::string::npos) << r.out;
 }
 
 TEST(Cli, CallWritesTheRawOutputsOfTheModel) {

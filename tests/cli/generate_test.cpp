@@ -32,8 +32,10 @@ TEST(Generate, TheSameSeedGivesTheSameTextOnEveryPath) {
   test::TempDir dir;
   const std::string m = tiny_model(dir);
   std::string first;
-  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--cpu-cores", "1"}, {"--cpu-cores", "2"},
-                                               {"--cpu-cores", "3"}, {"--device", "reference"}}) {
+  std::vector<std::vector<std::string>> paths = {{"--cpu-cores", "1"}, {"--cpu-cores", "2"}, {"--cpu-cores", "3"},
+                                                 {"--device", "reference"}};
+  for (const std::string& target : simd_targets()) paths.push_back({"--simd", target});  // AVX2, portable, ...
+  for (const std::vector<std::string>& extra : paths) {
     std::vector<std::string> argv = {kBin, "generate", m, "--prompt", "abc", "-n", "12", "--temperature", "1.5",
                                      "--top-k", "50", "--top-p", "0.9", "--seed", "7"};
     argv.insert(argv.end(), extra.begin(), extra.end());

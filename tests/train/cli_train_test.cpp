@@ -55,6 +55,15 @@ TEST(CliTrain, TrainsResumesAndReports) {
   // metrics.jsonl: one line per step.
   const auto losses = test::metrics_loss_bits(dir / "ck/metrics.jsonl");
   EXPECT_EQ(losses.size(), 12u);
+  // --simd: every SIMD target this CPU runs trains the same losses, bit for bit.
+  for (const std::string& target : simd_targets()) {
+    const std::string ck = dir / ("ck-" + target);
+    const auto t = test::run_command({kBin, "train", run, "--checkpoint-dir", ck, "--steps", "4", "--simd", target});
+    ASSERT_EQ(t.status, 0) << target << t.err;
+    const auto bits = test::metrics_loss_bits(ck + "/metrics.jsonl");
+    EXPECT_EQ(bits.size(), 4u) << target;
+    for (const auto& [step, loss] : bits) EXPECT_EQ(loss, losses.at(step)) << target << " step " << step;
+  }
 }
 
 TEST(CliTrain, RefusalsAreErrorsWithWhere) {
