@@ -28,7 +28,7 @@ Run add_import(CLI::App& app) {
       "rope_scaling, activations other than silu and sliding windows are refused. A SentencePiece\n"
       "tokenizer.model is copied into the model directory and named in model.json.");
   auto g = std::make_shared<Flags>();
-  CLI::App* gg = cmd->add_subcommand("gguf", "a GGUF file of llama.cpp's llama architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0)");
+  CLI::App* gg = cmd->add_subcommand("gguf", "a GGUF file of llama.cpp's llama architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)");
   gg->add_option("FILE", g->dir, "the GGUF file")->required();
   gg->add_option("-o,--output", g->out, "the model directory to write (must not exist)")->required();
   gg->add_option("--length", g->length, "the window (default: llama.context_length, at most 65536)");
@@ -36,7 +36,8 @@ Run add_import(CLI::App& app) {
   gg->footer(
       "Q8_0, Q4_0 and Q5_0 matrices are kept as the file's blocks (the model directory holds a copy of the file)\n"
       "and computed by integer block dot products: profile lockstep-int8dot-1 (docs/ARITHMETIC.md). F16 and BF16\n"
-      "are widened exactly to f32; a file of floats alone becomes an f32 model. Other tensor types are refused.\n"
+      "are widened exactly to f32, and so are Q4_K, Q5_K and Q6_K (no integer kernels for them yet: 4 bytes a\n"
+      "weight); a file without Q8_0, Q4_0 or Q5_0 matrices becomes an f32 model. Other tensor types are refused.\n"
       "The vocabulary becomes the model's tokenizer: 'gpt2' (pre gpt-2, llama-bpe, qwen2, smollm, default) a\n"
       "tokenizer.json, 'llama' a SentencePiece tokenizer.model; tokenizer.chat_template its chat template.");
   auto run_gguf = [g] {
@@ -49,6 +50,10 @@ Run add_import(CLI::App& app) {
     const ModelConfig& c = r.config;
     std::printf("import gguf: %s (%s; %lld matrices kept in blocks)\n", g->dir.c_str(), types.c_str(),
                 static_cast<long long>(r.block_matrices));
+    if (r.widened_k_quants > 0)
+      std::printf("widened to f32: %lld K-quant tensors (lockstep has no integer kernels for Q4_K, Q5_K, Q6_K yet;"
+                  " 4 bytes a weight)\n",
+                  static_cast<long long>(r.widened_k_quants));
     std::printf("wrote %s: profile %s, vocab %d, window %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d%s\n",
                 g->out.c_str(), r.profile.c_str(), c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads,
                 c.n_kv_heads, c.d_ff, r.tied ? ", head tied to the embedding" : "");

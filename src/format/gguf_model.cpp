@@ -23,6 +23,7 @@
 #include "format/format_error.hpp"
 #include "format/model_json.hpp"
 #include "lockstep/format.hpp"
+#include "quant/k_quants.hpp"
 
 namespace lockstep::format {
 namespace {
@@ -51,11 +52,23 @@ float float_key(const GgufFile& f, const std::string& key, const std::string& wh
   return static_cast<float>(v->number);
 }
 
-// Tensor `name`'s values as f32, element i of its data in order (F32, F16, BF16), each finite.
+// Tensor `name`'s values as f32, element i of its data in order (F32, F16, BF16; Q4_K, Q5_K and
+// Q6_K super-blocks by quant/k_quants' rule), each finite.
 std::vector<float> widen(const GgufTensor& t, const std::string& what) {
   uint64_t count = 1;
   for (uint64_t n : t.ne) count *= n;
   std::vector<float> out(static_cast<size_t>(count));
+  if (const auto k = quant::k_quant_of(t.type)) {  // rows are whole super-blocks (the reader checked)
+    const int64_t bytes = quant::super_block_bytes(*k);
+    for (uint64_t b = 0; b < count / quant::kSuperBlockValues; ++b) {
+      float* dst = out.data() + b * quant::kSuperBlockValues;
+      quant::widen_super_block(*k, t.data + b * bytes, dst);
+      for (int j = 0; j < quant::kSuperBlockValues; ++j)
+        if (!std::isfinite(dst[j]))
+          refuse(what, "tensor '" + t.name + "' super-block " + std::to_string(b) + " has a non-finite scale");
+    }
+    return out;
+  }
   for (uint64_t i = 0; i < count; ++i) {
     float v;
     if (t.type == 0) {

@@ -145,6 +145,9 @@ std::optional<std::pair<uint64_t, uint64_t>> ggml_block_size(uint32_t type) {
     case 2: return std::pair<uint64_t, uint64_t>{32, 18};  // Q4_0
     case 6: return std::pair<uint64_t, uint64_t>{32, 22};  // Q5_0
     case 8: return std::pair<uint64_t, uint64_t>{32, 34};  // Q8_0
+    case 12: return std::pair<uint64_t, uint64_t>{256, 144};  // Q4_K
+    case 13: return std::pair<uint64_t, uint64_t>{256, 176};  // Q5_K
+    case 14: return std::pair<uint64_t, uint64_t>{256, 210};  // Q6_K
     default: return std::nullopt;
   }
 }
@@ -188,7 +191,7 @@ GgufFile parse_gguf(std::span<const uint8_t> bytes, const std::string& what) {
     const auto block = ggml_block_size(t.type);
     if (!block)
       refuse(what, "tensor '" + t.name + "' is of type " + ggml_type_name(t.type) +
-                       ", which lockstep does not read (it reads F32, F16, BF16, Q8_0, Q4_0 and Q5_0)");
+                       ", which lockstep does not read (it reads F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K)");
     if (t.ne[0] % block->first != 0)
       refuse(what, "tensor '" + t.name + "' has rows of " + std::to_string(t.ne[0]) + " values, not a whole number of " +
                        ggml_type_name(t.type) + " blocks of " + std::to_string(block->first));

@@ -10,6 +10,7 @@
 #include "lockstep/error.hpp"
 #include "lockstep/format.hpp"
 #include "lockstep/interop.hpp"
+#include "quant/k_quants.hpp"
 
 namespace lockstep {
 
@@ -26,6 +27,7 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
   for (const format::GgufTensor& t : gguf.tensors) {
     const std::string type = format::ggml_type_name(t.type);
     if (std::find(r.types.begin(), r.types.end(), type) == r.types.end()) r.types.push_back(type);
+    if (quant::k_quant_of(t.type)) ++r.widened_k_quants;
   }
   r.tied = std::none_of(gguf.tensors.begin(), gguf.tensors.end(),
                         [](const format::GgufTensor& t) { return t.name == "output.weight"; });

@@ -1,0 +1,35 @@
+// GGUF's K-quant super-blocks Q4_K, Q5_K and Q6_K (what llama.cpp's Q4_K_M, Q5_K_M and Q6_K files
+// hold): 256 consecutive inputs a super-block, in sub-blocks with their own small integer scales
+// (and, for Q4_K and Q5_K, minimums) under f16 super-scales. lockstep has no integer kernels for
+// them yet: a model widens them to f32 when it reads them, by the exact rule of docs/ARITHMETIC.md
+// ("K-quant matrices, widened"), and computes on those floats with the f32 profile.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace lockstep::quant {
+
+inline constexpr int kSuperBlockValues = 256;  // inputs per K-quant super-block (ggml's QK_K)
+
+// ggml's type numbers.
+enum class KQuantType : uint32_t { q4_k = 12, q5_k = 13, q6_k = 14 };
+
+// "Q4_K", "Q5_K", "Q6_K".
+const char* k_quant_name(KQuantType type) noexcept;
+// The K-quant type of ggml type number `ggml_type`, if it is one of the three.
+std::optional<KQuantType> k_quant_of(uint32_t ggml_type) noexcept;
+
+// Bytes of one super-block: Q4_K 144 (f16 d, f16 dmin, 12 bytes of 6-bit scales and minimums, 128
+// of nibbles), Q5_K 176 (the same and 32 bytes of fifth bits before the nibbles), Q6_K 210 (128
+// bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, f16 d).
+constexpr int64_t super_block_bytes(KQuantType type) {
+  return type == KQuantType::q4_k ? 144 : type == KQuantType::q5_k ? 176 : 210;
+}
+
+// The super-block's 256 values in input order, each by the rule of docs/ARITHMETIC.md: Q4_K and
+// Q5_K  (d ⊗ sc) ⊗ q ⊖ (dmin ⊗ m), Q6_K  (d ⊗ sc) ⊗ q, in f32 (the f16 fields widened exactly).
+// A non-finite super-scale gives non-finite values, which the reader refuses.
+void widen_super_block(KQuantType type, const uint8_t* block, float out[kSuperBlockValues]);
+
+}  // namespace lockstep::quant
