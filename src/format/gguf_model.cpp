@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "core/half.hpp"
+#include "core/host_math.hpp"
 #include "core/pages.hpp"
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
@@ -85,6 +86,42 @@ std::vector<float> widen(const GgufTensor& t, const std::string& what) {
   return out;
 }
 
+// Llama 3's RoPE scaling (docs/ARITHMETIC.md, "Llama 3 RoPE scaling"), which llama.cpp's
+// converter writes as no key but a tensor, `rope_freqs.weight`: each pair's frequency divisor
+// (convert_hf_to_gguf.py: `factor` where the wavelength passes L / low, 1 where it is below
+// L / high, the smooth blend between; its frequencies in f32). Every Llama 3.1, 3.2 and 3.3 has
+// low 1, high 4 and L 8192, and a factor that is the divisors' largest; the divisors must be
+// those (within 1e-4 of each, which the converter's f32 frequencies stay far inside), so that the
+// model computes Llama 3's own scaling with lockstep's exact tables. All ones: no scaling.
+std::optional<RopeScaling> llama3_scaling(const GgufTensor& t, const ModelConfig& c, const std::string& what) {
+  const int64_t pairs = c.head_dim() / 2;
+  if (t.ne.size() != 1 || t.ne[0] != static_cast<uint64_t>(pairs))
+    refuse(what, "tensor 'rope_freqs.weight' is not a vector of " + std::to_string(pairs) +
+                     " values (one per RoPE pair of the head dimension " + std::to_string(c.head_dim()) + ")");
+  const std::vector<float> divisors = widen(t, what);
+  const float factor = *std::max_element(divisors.begin(), divisors.end());
+  if (factor == 1.0f && std::all_of(divisors.begin(), divisors.end(), [](float v) { return v == 1.0f; }))
+    return std::nullopt;
+  const RopeScaling scaling{factor, 1.0f, 4.0f, 8192};
+  const double L = scaling.original_max_position, low = L / scaling.low_freq_factor, high = L / scaling.high_freq_factor;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const double freq = host_exp(-(2.0 * static_cast<double>(i) / c.head_dim()) * host_log(c.rope_theta));
+    const double wavelen = 2 * kHostPi / freq;
+    double want = factor;
+    if (wavelen < high) {
+      want = 1;
+    } else if (wavelen <= low) {
+      const double smooth = (L / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
+      want = 1 / ((1 - smooth) / factor + smooth);
+    }
+    if (!(std::fabs(divisors[static_cast<size_t>(i)] - want) <= 1e-4 * want))
+      refuse(what, "tensor 'rope_freqs.weight' is not Llama 3's RoPE scaling (factor " + std::to_string(factor) +
+                       ", low 1, high 4, original context 8192): value " + std::to_string(i) + " is " +
+                       std::to_string(divisors[static_cast<size_t>(i)]) + ", that scaling gives " + std::to_string(want));
+  }
+  return scaling;
+}
+
 }  // namespace
 
 GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length,
@@ -123,6 +160,9 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
   if (!embd) refuse(what, "has no tensor 'token_embd.weight'");
   if (embd->ne.size() != 2) refuse(what, "tensor 'token_embd.weight' is not a matrix");
   c.vocab_size = int_key(f, "llama.vocab_size", what, static_cast<int32_t>(std::min<uint64_t>(embd->ne[1], INT32_MAX)));
+  if (c.n_heads > 0 && c.d_model % c.n_heads == 0 && c.head_dim() % 2 == 0)
+    for (const GgufTensor& t : f.tensors)
+      if (t.name == "rope_freqs.weight") c.rope_scaling = llama3_scaling(t, c, what);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -201,9 +241,8 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
   };
   std::map<std::string, const GgufTensor*> source;  // each target's tensor
   for (const GgufTensor& t : f.tensors) {
-    if (!targets.count(t.name))
-      refuse(what, "tensor '" + t.name + "' is not one of a llama model lockstep imports" +
-                       (t.name == "rope_freqs.weight" ? std::string(" (RoPE frequency factors: Llama 3 scaling)") : ""));
+    if (t.name == "rope_freqs.weight") continue;  // read above, as the configuration's rope_scaling
+    if (!targets.count(t.name)) refuse(what, "tensor '" + t.name + "' is not one of a llama model lockstep imports");
     source[t.name] = &t;
   }
   std::vector<std::pair<std::string, Target>> in_order(targets.begin(), targets.end());

@@ -548,8 +548,13 @@ TEST(GgufImport, BadFilesAreRefusedNamingWhatAndWriteNothing) {
   }
   {
     TestModel m = good;  // a tensor lockstep's llama does not have
+    m.file.tensors[5].name = "blk.0.attn_q.bias";
+    expect_refused(m.file.bytes(), {"tensor 'blk.0.attn_q.bias' is not one of a llama model"});
+  }
+  {
+    TestModel m = good;  // RoPE divisors of the wrong shape
     m.file.tensors[5].name = "rope_freqs.weight";
-    expect_refused(m.file.bytes(), {"tensor 'rope_freqs.weight' is not one of a llama model", "Llama 3 scaling"});
+    expect_refused(m.file.bytes(), {"tensor 'rope_freqs.weight' is not a vector of 8 values"});
   }
   {
     TestModel m = good;  // a tensor missing
@@ -577,6 +582,58 @@ TEST(GgufImport, BadFilesAreRefusedNamingWhatAndWriteNothing) {
   ids_only.ids_only = true;
   const std::string dir = import_file(tmp, with_vocab, "ids", ids_only);
   EXPECT_STREQ(Model::load(dir)->profile(), int8dot_profile_name());
+}
+
+// Llama 3's RoPE scaling, as llama.cpp's converter writes it (convert_hf_to_gguf.py: no key, a
+// tensor rope_freqs.weight of each pair's frequency divisor, from f32 frequencies), becomes the
+// configuration's rope_scaling (factor 32, low 1, high 4, original context 8192: Llama 3.2's); the
+// test model's head dimension 16 and theta 10000 put its 8 pairs in all three of the rule's ranges.
+// Divisors that are not that rule's are refused naming the value.
+std::string rope_freqs(float factor, double perturb_pair = -1) {
+  std::string data;
+  for (int i = 0; i < 8; ++i) {
+    const float freq = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / 16));  // the converter's, in f32
+    const double wavelen = 2 * M_PI / freq, L = 8192, low = L / 1, high = L / 4;
+    double v = factor;
+    if (wavelen < high) v = 1;
+    else if (wavelen <= low) {
+      const double smooth = (L / wavelen - 1) / (4 - 1);
+      v = 1 / ((1 - smooth) / factor + smooth);
+    }
+    if (i == perturb_pair) v *= 1.01;
+    put(data, static_cast<float>(v));
+  }
+  return data;
+}
+
+TEST(GgufImport, RopeFreqsBecomeLlama3Scaling) {
+  test::TempDir tmp;
+  TestModel m = test_model(false, 6);
+  const std::string plain = import_file(tmp, m.file.bytes(), "plain");
+  m.file.tensors.push_back({"rope_freqs.weight", {8}, kF32, rope_freqs(32)});
+  const std::string scaled = import_file(tmp, m.file.bytes(), "scaled");
+  const auto model = Model::load(scaled);
+  ASSERT_TRUE(model->config().rope_scaling.has_value());
+  EXPECT_EQ(*model->config().rope_scaling, (RopeScaling{32.0f, 1.0f, 4.0f, 8192}));
+  EXPECT_FALSE(Model::load(plain)->config().rope_scaling.has_value());
+  // The scaled model's tables are Llama 3's: positions past the smooth range's wavelength differ.
+  const auto ids = test::random_ids(24, 67, 1);
+  EXPECT_NE(model->logits({ids.data(), 1, 24}), Model::load(plain)->logits({ids.data(), 1, 24}));
+  // Divisors of all ones: no scaling.
+  std::string ones;
+  for (int i = 0; i < 8; ++i) put(ones, 1.0f);
+  m.file.tensors.back().data = ones;
+  EXPECT_FALSE(Model::load(import_file(tmp, m.file.bytes(), "ones"))->config().rope_scaling.has_value());
+  // Divisors of another rule: refused, naming the value.
+  m.file.tensors.back().data = rope_freqs(32, 6);  // pair 6: the smooth range
+  try {
+    import_file(tmp, m.file.bytes(), "other");
+    ADD_FAILURE() << "imported divisors of another rule";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has_all(e.what(), {"tensor 'rope_freqs.weight' is not Llama 3's RoPE scaling (factor 32", "value 6 is"}))
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp / "other"));
 }
 
 // The file's vocabulary becomes the model's tokenizer, here in every build (the sanitizers' too);
