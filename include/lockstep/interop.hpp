@@ -75,15 +75,15 @@ struct ImportGgufResult {
   std::vector<int32_t> eos_token_ids; // tokenizer.ggml.eos_token_id, eot_token_id, eom_token_id
 };
 
-// Reads a GGUF file of llama.cpp's `llama` architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K,
-// Q5_K, Q6_K tensors) and writes a lockstep model directory at `out` (which must not exist; it
-// appears whole or not at all). With any matrix in Q8_0, Q4_0 or Q5_0 blocks the model is of
-// profile lockstep-int8dot-1 and its weights file is a byte copy of the GGUF file (blocks bit for
-// bit); otherwise an f32 model. F16, BF16 and the K-quants are widened to f32 by exact rules
-// (docs/ARITHMETIC.md). The file's vocabulary becomes the model's tokenizer (a `gpt2` one a tokenizer.json,
-// a `llama` one a SentencePiece tokenizer.model; docs/FORMAT.md, "GGUF import") and its
-// tokenizer.chat_template the model's chat template, unless `ids_only`. Throws Error naming the
-// tensor, key or type it refuses (another tokenizer.ggml.model or pre among them).
+// Reads a GGUF file of llama.cpp's `llama` or `qwen2` architecture (F32, F16, BF16, Q8_0, Q4_0,
+// Q5_0, Q4_K, Q5_K, Q6_K tensors) and writes a lockstep model directory at `out` (which must not
+// exist; it appears whole or not at all). With any matrix in Q8_0, Q4_0 or Q5_0 blocks the model
+// is of profile lockstep-int8dot-1 and its weights file is a byte copy of the GGUF file (blocks
+// bit for bit); otherwise an f32 model. F16, BF16 and the K-quants are widened to f32 by exact
+// rules (docs/ARITHMETIC.md). The file's vocabulary becomes the model's tokenizer (a `gpt2` one a
+// tokenizer.json, a `llama` one a SentencePiece tokenizer.model; docs/FORMAT.md, "GGUF import")
+// and its tokenizer.chat_template the model's chat template, unless `ids_only`. Throws Error
+// naming the tensor, key or type it refuses (another tokenizer.ggml.model or pre among them).
 ImportGgufResult import_gguf(const std::string& file, const std::string& out, const ImportGgufOptions& options = {});
 
 }  // namespace lockstep

@@ -28,7 +28,7 @@ Run add_import(CLI::App& app) {
       "rope_scaling, activations other than silu and sliding windows are refused. A SentencePiece\n"
       "tokenizer.model is copied into the model directory and named in model.json.");
   auto g = std::make_shared<Flags>();
-  CLI::App* gg = cmd->add_subcommand("gguf", "a GGUF file of llama.cpp's llama architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)");
+  CLI::App* gg = cmd->add_subcommand("gguf", "a GGUF file of llama.cpp's llama or qwen2 architecture (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)");
   gg->add_option("FILE", g->dir, "the GGUF file")->required();
   gg->add_option("-o,--output", g->out, "the model directory to write (must not exist)")->required();
   gg->add_option("--length", g->length, "the window (default: llama.context_length, at most 65536)");

@@ -127,39 +127,45 @@ std::optional<RopeScaling> llama3_scaling(const GgufTensor& t, const ModelConfig
 GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length,
                           std::shared_ptr<const void> owner) {
   const GgufValue& arch = need_key(f, "general.architecture", what);
-  if (arch.type != 8 || arch.text != "llama")
+  if (arch.type != 8 || (arch.text != "llama" && arch.text != "qwen2"))
     refuse(what, "general.architecture is " + (arch.type == 8 ? "'" + arch.text + "'" : std::string("not a string")) +
-                     "; lockstep imports 'llama'");
+                     "; lockstep imports 'llama' and 'qwen2'");
+  // qwen2 is llama with biases on q, k and v, and its query and key rows in Hugging Face's order
+  // (llama.cpp rotates them as NeoX pairs, i with i + head_dim / 2, where its llama converter
+  // reorders them for adjacent pairs): the reader puts them in lockstep's adjacent pairs below.
+  const bool qwen2 = arch.text == "qwen2";
+  const std::string A = arch.text + ".";  // the keys' prefix
   GgufModel out;
   ModelConfig& c = out.config;
-  c.d_model = int_key(f, "llama.embedding_length", what);
-  c.n_layers = int_key(f, "llama.block_count", what);
-  c.d_ff = int_key(f, "llama.feed_forward_length", what);
-  c.n_heads = int_key(f, "llama.attention.head_count", what);
-  c.n_kv_heads = int_key(f, "llama.attention.head_count_kv", what, c.n_heads);
-  c.norm_eps = float_key(f, "llama.attention.layer_norm_rms_epsilon", what, 1e-5f);
-  c.rope_theta = float_key(f, "llama.rope.freq_base", what, 10000.0f);
+  c.qkv_bias = qwen2;
+  c.d_model = int_key(f, A + "embedding_length", what);
+  c.n_layers = int_key(f, A + "block_count", what);
+  c.d_ff = int_key(f, A + "feed_forward_length", what);
+  c.n_heads = int_key(f, A + "attention.head_count", what);
+  c.n_kv_heads = int_key(f, A + "attention.head_count_kv", what, c.n_heads);
+  c.norm_eps = float_key(f, A + "attention.layer_norm_rms_epsilon", what, 1e-5f);
+  c.rope_theta = float_key(f, A + "rope.freq_base", what, 10000.0f);
   c.batch = 1;
-  const int32_t context = int_key(f, "llama.context_length", what);
+  const int32_t context = int_key(f, A + "context_length", what);
   if (!length && context > 65536)
-    refuse(what, "llama.context_length " + std::to_string(context) + " is past lockstep's 65536; give --length");
+    refuse(what, A + "context_length " + std::to_string(context) + " is past lockstep's 65536; give --length");
   c.length = length ? *length : context;
   if (c.n_heads > 0 && c.d_model % c.n_heads == 0) {
-    const int32_t rope_dims = int_key(f, "llama.rope.dimension_count", what, c.d_model / c.n_heads);
+    const int32_t rope_dims = int_key(f, A + "rope.dimension_count", what, c.d_model / c.n_heads);
     if (rope_dims != c.d_model / c.n_heads)
-      refuse(what, "llama.rope.dimension_count " + std::to_string(rope_dims) + " is not the head dimension " +
+      refuse(what, A + "rope.dimension_count " + std::to_string(rope_dims) + " is not the head dimension " +
                        std::to_string(c.d_model / c.n_heads) + " (partial RoPE is not supported)");
   }
-  if (const GgufValue* s = f.find("llama.rope.scaling.type"); s && !(s->type == 8 && s->text == "none"))
-    refuse(what, "llama.rope.scaling.type is set; lockstep imports GGUF files without RoPE scaling");
-  if (const GgufValue* v = f.find("llama.expert_count"); v && v->i64 > 0)
-    refuse(what, "llama.expert_count is set: mixture-of-experts models are not supported");
+  if (const GgufValue* s = f.find(A + "rope.scaling.type"); s && !(s->type == 8 && s->text == "none"))
+    refuse(what, A + "rope.scaling.type is set; lockstep imports GGUF files without RoPE scaling");
+  if (const GgufValue* v = f.find(A + "expert_count"); v && v->i64 > 0)
+    refuse(what, A + "expert_count is set: mixture-of-experts models are not supported");
   const GgufTensor* embd = nullptr;
   for (const GgufTensor& t : f.tensors)
     if (t.name == "token_embd.weight") embd = &t;
   if (!embd) refuse(what, "has no tensor 'token_embd.weight'");
   if (embd->ne.size() != 2) refuse(what, "tensor 'token_embd.weight' is not a matrix");
-  c.vocab_size = int_key(f, "llama.vocab_size", what, static_cast<int32_t>(std::min<uint64_t>(embd->ne[1], INT32_MAX)));
+  c.vocab_size = int_key(f, A + "vocab_size", what, static_cast<int32_t>(std::min<uint64_t>(embd->ne[1], INT32_MAX)));
   if (c.n_heads > 0 && c.d_model % c.n_heads == 0 && c.head_dim() % 2 == 0)
     for (const GgufTensor& t : f.tensors)
       if (t.name == "rope_freqs.weight") c.rope_scaling = llama3_scaling(t, c, what);
@@ -181,6 +187,7 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     int64_t offset;
     std::vector<uint64_t> ne;  // expected, ggml order
     bool matrix, embedding;
+    bool neox = false;  // qwen2's query and key rows (and biases): NeoX pairs, put in adjacent pairs
   };
   std::map<std::string, Target> targets;
   const uint64_t d = static_cast<uint64_t>(c.d_model), V = static_cast<uint64_t>(c.vocab_size);
@@ -192,8 +199,13 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     const auto& L = reg.layer(l);
     const std::string b = "blk." + std::to_string(l) + ".";
     targets[b + "attn_norm.weight"] = {L.attn_norm, {d}, false, false};
-    targets[b + "attn_q.weight"] = {L.wq, {d, q}, true, false};
-    targets[b + "attn_k.weight"] = {L.wk, {d, kv}, true, false};
+    targets[b + "attn_q.weight"] = {L.wq, {d, q}, true, false, qwen2};
+    targets[b + "attn_k.weight"] = {L.wk, {d, kv}, true, false, qwen2};
+    if (qwen2) {
+      targets[b + "attn_q.bias"] = {L.bq, {q}, false, false, true};
+      targets[b + "attn_k.bias"] = {L.bk, {kv}, false, false, true};
+      targets[b + "attn_v.bias"] = {L.bv, {kv}, false, false};
+    }
     targets[b + "attn_v.weight"] = {L.wv, {d, kv}, true, false};
     targets[b + "attn_output.weight"] = {L.wo, {q, d}, true, false};
     targets[b + "ffn_norm.weight"] = {L.mlp_norm, {d}, false, false};
@@ -206,12 +218,29 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
     return s + "}";
   };
+  // Output j of a NeoX-ordered query or key (within its head, pair i is i and i + head_dim / 2)
+  // is lockstep's j' = h * hd + 2i + e: the file's h * hd + e * hd / 2 + i.
+  const int64_t hd = c.head_dim();
+  auto source_row = [&](const Target& to, int64_t j) {
+    if (!to.neox) return j;
+    const int64_t h = j / hd, i = (j % hd) / 2, e = j % 2;
+    return h * hd + e * (hd / 2) + i;
+  };
   auto place = [&](const GgufTensor& t, const Target& to) {  // t's shape checked below, before it
     float* dst = out.parameters.data() + to.offset;
     const int64_t K = static_cast<int64_t>(t.ne[0]), N = to.matrix ? static_cast<int64_t>(t.ne[1]) : 1;
     if (const auto type = quant::block_type_of(t.type)) {
       if (!to.matrix) refuse(what, "tensor '" + t.name + "' is a vector in " + ggml_type_name(t.type) + "; lockstep reads vectors as F32, F16 or BF16");
-      quant::BlockRows rows = quant::block_rows(*type, K, N, {t.data, static_cast<size_t>(t.bytes)}, owner);
+      std::vector<uint8_t> reordered;  // NeoX rows in adjacent pairs: a copy, the blocks unchanged
+      if (to.neox) {
+        const size_t row = static_cast<size_t>(t.bytes) / static_cast<size_t>(N);
+        reordered.resize(static_cast<size_t>(t.bytes));
+        for (int64_t n = 0; n < N; ++n)
+          std::memcpy(reordered.data() + static_cast<size_t>(n) * row, t.data + static_cast<size_t>(source_row(to, n)) * row, row);
+      }
+      quant::BlockRows rows =
+          to.neox ? quant::block_rows(*type, K, N, reordered, nullptr)
+                  : quant::block_rows(*type, K, N, {t.data, static_cast<size_t>(t.bytes)}, owner);
       const int64_t bytes = quant::block_bytes(*type);
       for (int64_t b = 0; b < static_cast<int64_t>(t.bytes) / bytes; ++b)
         if (!std::isfinite(quant::block_scale(rows.rows.data() + b * bytes)))
@@ -232,11 +261,13 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
       return;
     }
     const std::vector<float> v = widen(t, what);
-    if (!to.matrix || to.embedding) {
+    if (to.embedding) {
       std::copy(v.begin(), v.end(), dst);
+    } else if (!to.matrix) {
+      for (int64_t j = 0; j < K; ++j) dst[j] = v[static_cast<size_t>(source_row(to, j))];
     } else {
       for (int64_t n = 0; n < N; ++n)
-        for (int64_t k = 0; k < K; ++k) dst[k * N + n] = v[static_cast<size_t>(n * K + k)];
+        for (int64_t k = 0; k < K; ++k) dst[k * N + n] = v[static_cast<size_t>(source_row(to, n) * K + k)];
     }
   };
   std::map<std::string, const GgufTensor*> source;  // each target's tensor

@@ -1,9 +1,10 @@
-// A GGUF file of llama.cpp's `llama` architecture read as a lockstep model (docs/FORMAT.md, "GGUF
-// import"): the configuration from its keys, every tensor mapped to a registry parameter, F32,
-// F16 and BF16 widened exactly to f32, and Q8_0, Q4_0 and Q5_0 matrices kept as the file's
-// blocks (and dequantized exactly beside them, for what reads f32 parameters: the embedding
-// lookup, the reference device's copy, parameters()). Read by `lockstep import gguf` and by the
-// loader of a model whose weights file is a GGUF file.
+// A GGUF file of llama.cpp's `llama` or `qwen2` architecture read as a lockstep model
+// (docs/FORMAT.md, "GGUF import"): the configuration from its keys, every tensor mapped to a
+// registry parameter (qwen2's query and key rows put in adjacent RoPE pairs), F32, F16, BF16 and
+// the K-quants widened to f32, and Q8_0, Q4_0 and Q5_0 matrices kept as the file's blocks (and
+// dequantized exactly beside them, for what reads f32 parameters: the embedding lookup, the
+// reference device's copy, parameters()). Read by `lockstep import gguf` and by the loader of a
+// model whose weights file is a GGUF file.
 #pragma once
 
 #include <cstdint>

@@ -133,20 +133,21 @@ struct TestModel {
   std::map<std::string, std::pair<uint32_t, std::vector<uint64_t>>> shapes;  // name -> type, ne
 };
 
-TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "", int64_t vocab = 67) {
+TestModel test_model(bool tied, uint64_t seed, const std::string& vocabulary = "", int64_t vocab = 67,
+                     const std::string& arch = "llama") {
   TestModel m;
   TestGguf& g = m.file;
-  g.str("general.architecture", "llama");
+  g.str("general.architecture", arch);
   g.u32("general.alignment", 32);
-  g.u32("llama.context_length", 24);
-  g.u32("llama.embedding_length", 64);
-  g.u32("llama.block_count", 2);
-  g.u32("llama.feed_forward_length", 96);
-  g.u32("llama.attention.head_count", 4);
-  g.u32("llama.attention.head_count_kv", 2);
-  g.u32("llama.rope.dimension_count", 16);
-  g.f32("llama.rope.freq_base", 10000.0f);
-  g.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  g.u32(arch + ".context_length", 24);
+  g.u32(arch + ".embedding_length", 64);
+  g.u32(arch + ".block_count", 2);
+  g.u32(arch + ".feed_forward_length", 96);
+  g.u32(arch + ".attention.head_count", 4);
+  g.u32(arch + ".attention.head_count_kv", 2);
+  g.u32(arch + ".rope.dimension_count", 16);
+  g.f32(arch + ".rope.freq_base", 10000.0f);
+  g.f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   if (!vocabulary.empty()) {
     g.str("tokenizer.ggml.model", vocabulary);
     std::vector<std::string> tokens;
@@ -571,8 +572,8 @@ TEST(GgufImport, BadFilesAreRefusedNamingWhatAndWriteNothing) {
     TestGguf g = good.file;  // another architecture
     g.kv.clear();
     g.n_kv = 0;
-    g.str("general.architecture", "qwen2");
-    expect_refused(g.bytes(), {"general.architecture is 'qwen2'; lockstep imports 'llama'"});
+    g.str("general.architecture", "gemma");
+    expect_refused(g.bytes(), {"general.architecture is 'gemma'; lockstep imports 'llama' and 'qwen2'"});
   }
   // A vocabulary lockstep does not convert: said, and --ids-only imports the weights (the
   // conversions and their refusals: tests/text/test_gguf_vocab.py).
@@ -634,6 +635,71 @@ TEST(GgufImport, RopeFreqsBecomeLlama3Scaling) {
         << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(tmp / "other"));
+}
+
+// qwen2 is llama with q, k and v biases and its query and key rows (and biases) in NeoX order
+// (pair i of a head is i and i + 8 here, head dimension 16), which lockstep puts in adjacent pairs:
+// a qwen2 file holding the llama file's q and k rows in NeoX order and zero biases is the llama
+// model, bit for bit, through the fast path (its Q4_0 q and k rows reordered as blocks); with
+// biases, each lands where its row does.
+int64_t neox_row(int64_t j) {  // the file's row of lockstep's output j
+  const int64_t h = j / 16, i = (j % 16) / 2, e = j % 2;
+  return h * 16 + e * 8 + i;
+}
+
+TEST(GgufImport, Qwen2IsLlamaWithBiasesAndNeoxRows) {
+  test::TempDir tmp;
+  const TestModel llama = test_model(false, 7);
+  TestModel qwen = test_model(false, 7, "", 67, "qwen2");
+  std::map<std::string, std::string> biases;
+  for (TestTensor& t : qwen.file.tensors) {
+    if (t.name.find("attn_q.weight") == std::string::npos && t.name.find("attn_k.weight") == std::string::npos) continue;
+    const int64_t N = static_cast<int64_t>(t.ne[1]);
+    const size_t row = t.data.size() / static_cast<size_t>(N);
+    std::string neox(t.data.size(), '\0');
+    for (int64_t j = 0; j < N; ++j) neox.replace(static_cast<size_t>(neox_row(j)) * row, row, t.data, static_cast<size_t>(j) * row, row);
+    t.data = neox;
+  }
+  auto add_biases = [&](TestGguf& g, float scale) {
+    for (int l = 0; l < 2; ++l)
+      for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{{"q", 64}, {"k", 32}, {"v", 32}}) {
+        std::string data;
+        for (int j = 0; j < n; ++j) put(data, scale * static_cast<float>((j * 7 + l * 3) % 11 - 5));
+        g.tensors.push_back({"blk." + std::to_string(l) + ".attn_" + name + ".bias", {static_cast<uint64_t>(n)}, kF32, data});
+      }
+  };
+  TestGguf zero = qwen.file;
+  add_biases(zero, 0.0f);
+  const auto a = Model::load(import_file(tmp, llama.file.bytes(), "llama"));
+  const auto b = Model::load(import_file(tmp, zero.bytes(), "qwen2"));
+  EXPECT_TRUE(b->config().qkv_bias);
+  const auto ids = test::random_ids(2 * 24, 67, 4);
+  for (int threads : {1, 3})
+    test::expect_same(b->logits({ids.data(), 2, 24}, {}, {Device::cpu, threads}),
+                      a->logits({ids.data(), 2, 24}, {}, {Device::cpu, threads}), "qwen2 with zero biases");
+  TestGguf biased = qwen.file;
+  add_biases(biased, 0.25f);
+  const auto c = Model::load(import_file(tmp, biased.bytes(), "biased"));
+  const auto& L = c->registry().layer(1);
+  const std::span<const float> p = c->parameters();
+  for (int64_t j = 0; j < 64; ++j)
+    EXPECT_EQ(p[static_cast<size_t>(L.bq + j)], 0.25f * static_cast<float>((neox_row(j) * 7 + 3) % 11 - 5)) << j;
+  for (int64_t j = 0; j < 32; ++j) {
+    EXPECT_EQ(p[static_cast<size_t>(L.bk + j)], 0.25f * static_cast<float>((neox_row(j) * 7 + 3) % 11 - 5)) << j;
+    EXPECT_EQ(p[static_cast<size_t>(L.bv + j)], 0.25f * static_cast<float>((j * 7 + 3) % 11 - 5)) << j;
+  }
+  LoadOptions reference;
+  reference.device = Device::reference;
+  test::expect_same(c->logits({ids.data(), 2, 24}, {}, {Device::cpu, 2}),
+                    Model::load(tmp / "biased", reference)->logits({ids.data(), 2, 24}, {}, {Device::reference, std::nullopt}),
+                    "qwen2 fast path against the reference");
+  // Without its biases, a qwen2 file is refused naming the first missing.
+  try {
+    import_file(tmp, qwen.file.bytes(), "no_biases");
+    ADD_FAILURE() << "imported qwen2 without biases";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has_all(e.what(), {"has no tensor 'blk.0.attn_q.bias'"})) << e.what();
+  }
 }
 
 // The file's vocabulary becomes the model's tokenizer, here in every build (the sanitizers' too);
