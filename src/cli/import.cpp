@@ -51,9 +51,9 @@ Run add_import(CLI::App& app) {
     std::printf("import gguf: %s (%s; %lld matrices kept in blocks)\n", g->dir.c_str(), types.c_str(),
                 static_cast<long long>(r.block_matrices));
     if (r.widened_k_quants > 0)
-      std::printf("widened to f32: %lld K-quant tensors (lockstep has no integer kernels for Q4_K, Q5_K, Q6_K yet;"
+      std::printf("widened to f32: %lld K-quant tensor%s (lockstep has no integer kernels for Q4_K, Q5_K, Q6_K yet;"
                   " 4 bytes a weight)\n",
-                  static_cast<long long>(r.widened_k_quants));
+                  static_cast<long long>(r.widened_k_quants), r.widened_k_quants == 1 ? "" : "s");
     std::printf("wrote %s: profile %s, vocab %d, window %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d%s\n",
                 g->out.c_str(), r.profile.c_str(), c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads,
                 c.n_kv_heads, c.d_ff, r.tied ? ", head tied to the embedding" : "");
