@@ -298,6 +298,18 @@ TEST(GgufImport, WidensKQuantsToF32ByGgmlsRule) {
   }
 }
 
+// `lockstep import gguf` says how many K-quant tensors it widened, and what the model became.
+TEST(GgufImport, TheCommandSaysWhatItWidened) {
+  test::TempDir tmp;
+  test::write_file(tmp / "k.gguf", k_model(false, 4).file.bytes());
+  const auto r = test::run_command({LOCKSTEP_BINARY, "import", "gguf", tmp / "k.gguf", "-o", tmp / "k"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* want : {"(Q6_K, F32, Q4_K, Q5_K; 0 matrices kept in blocks)\n",
+                           "widened to f32: 9 K-quant tensors (lockstep has no integer kernels for Q4_K, Q5_K, Q6_K yet",
+                           "profile lockstep-f32-1, vocab 7, window 12, d_model 256, 1 layers, 2 heads (1 kv), d_ff 512"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+}
+
 // A K-quant tensor whose super-scale is not finite is refused naming it and its super-block.
 TEST(GgufImport, RefusesANonFiniteKQuantScale) {
   test::TempDir tmp;
