@@ -21,11 +21,13 @@ struct GgufResult {
   int64_t tensors = 0;
   uint64_t bytes = 0;  // the file's size
   std::string type;
+  std::string architecture;  // "llama", or "qwen2" for a model with q, k and v biases
 };
 
 // Writes `model` (a model directory, checkpoint step or location) as a GGUF version 3 file of
-// llama.cpp's `llama` architecture at `file` (written under a temporary name and renamed into
-// place). A model with a SentencePiece tokenizer carries it as llama.cpp's `llama` vocabulary; a
+// llama.cpp's `llama` architecture, or `qwen2` for a model with q, k and v biases, at `file`
+// (written under a temporary name and renamed into place); Llama 3's RoPE scaling as the
+// rope_freqs tensor llama.cpp's converter writes. A model with a SentencePiece tokenizer carries it as llama.cpp's `llama` vocabulary; a
 // byte-level model (vocab_size 256, no tokenizer) a `gpt2` BPE vocabulary of the bytes with no
 // merges; any other is refused. Throws Error naming what it refuses.
 GgufResult export_gguf(const std::string& model, const std::string& file, const GgufOptions& options = {});

@@ -171,17 +171,18 @@ uint64_t GgufWriter::write(const std::string& path) const {
   return written;
 }
 
-void add_llama_config(GgufWriter& w, const ModelConfig& c) {
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.length));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.n_layers));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.d_ff));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
-  w.add_f32("llama.rope.freq_base", c.rope_theta);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+void add_llama_config(GgufWriter& w, const ModelConfig& c, const std::string& arch) {
+  const std::string a = arch + ".";
+  w.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.add_u32(a + "context_length", static_cast<uint32_t>(c.length));
+  w.add_u32(a + "embedding_length", static_cast<uint32_t>(c.d_model));
+  w.add_u32(a + "block_count", static_cast<uint32_t>(c.n_layers));
+  w.add_u32(a + "feed_forward_length", static_cast<uint32_t>(c.d_ff));
+  w.add_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  w.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
+  w.add_f32(a + "rope.freq_base", c.rope_theta);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
 }
 
 }  // namespace lockstep::format

@@ -65,9 +65,10 @@ class GgufWriter {
   std::vector<Tensor> tensors_;
 };
 
-// The `llama.*` keys of a configuration, in this order: vocab_size, context_length (the window),
-// embedding_length, block_count, feed_forward_length, attention.head_count, head_count_kv,
-// rope.dimension_count (u32), rope.freq_base, attention.layer_norm_rms_epsilon (f32).
-void add_llama_config(GgufWriter& w, const ModelConfig& config);
+// The `<arch>.*` keys of a configuration (`llama.*`, or `qwen2.*`), in this order: vocab_size,
+// context_length (the window), embedding_length, block_count, feed_forward_length,
+// attention.head_count, head_count_kv, rope.dimension_count (u32), rope.freq_base,
+// attention.layer_norm_rms_epsilon (f32).
+void add_llama_config(GgufWriter& w, const ModelConfig& config, const std::string& arch = "llama");
 
 }  // namespace lockstep::format

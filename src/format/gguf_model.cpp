@@ -87,12 +87,11 @@ std::vector<float> widen(const GgufTensor& t, const std::string& what) {
 }
 
 // Llama 3's RoPE scaling (docs/ARITHMETIC.md, "Llama 3 RoPE scaling"), which llama.cpp's
-// converter writes as no key but a tensor, `rope_freqs.weight`: each pair's frequency divisor
-// (convert_hf_to_gguf.py: `factor` where the wavelength passes L / low, 1 where it is below
-// L / high, the smooth blend between; its frequencies in f32). Every Llama 3.1, 3.2 and 3.3 has
-// low 1, high 4 and L 8192, and a factor that is the divisors' largest; the divisors must be
-// those (within 1e-4 of each, which the converter's f32 frequencies stay far inside), so that the
-// model computes Llama 3's own scaling with lockstep's exact tables. All ones: no scaling.
+// converter writes as no key but a tensor, `rope_freqs.weight` (llama3_rope_divisors). Every
+// Llama 3.1, 3.2 and 3.3 has low 1, high 4 and L 8192, and a factor that is the divisors'
+// largest; the divisors must be those (within 1e-4 of each, which the converter's f32 frequencies
+// stay far inside), so that the model computes Llama 3's own scaling with lockstep's exact
+// tables. All ones: no scaling.
 std::optional<RopeScaling> llama3_scaling(const GgufTensor& t, const ModelConfig& c, const std::string& what) {
   const int64_t pairs = c.head_dim() / 2;
   if (t.ne.size() != 1 || t.ne[0] != static_cast<uint64_t>(pairs))
@@ -103,26 +102,36 @@ std::optional<RopeScaling> llama3_scaling(const GgufTensor& t, const ModelConfig
   if (factor == 1.0f && std::all_of(divisors.begin(), divisors.end(), [](float v) { return v == 1.0f; }))
     return std::nullopt;
   const RopeScaling scaling{factor, 1.0f, 4.0f, 8192};
-  const double L = scaling.original_max_position, low = L / scaling.low_freq_factor, high = L / scaling.high_freq_factor;
+  const std::vector<double> want = llama3_rope_divisors(scaling, c.head_dim(), c.rope_theta);
   for (int64_t i = 0; i < pairs; ++i) {
-    const double freq = host_exp(-(2.0 * static_cast<double>(i) / c.head_dim()) * host_log(c.rope_theta));
-    const double wavelen = 2 * kHostPi / freq;
-    double want = factor;
-    if (wavelen < high) {
-      want = 1;
-    } else if (wavelen <= low) {
-      const double smooth = (L / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
-      want = 1 / ((1 - smooth) / factor + smooth);
-    }
-    if (!(std::fabs(divisors[static_cast<size_t>(i)] - want) <= 1e-4 * want))
+    const double w = want[static_cast<size_t>(i)];
+    if (!(std::fabs(divisors[static_cast<size_t>(i)] - w) <= 1e-4 * w))
       refuse(what, "tensor 'rope_freqs.weight' is not Llama 3's RoPE scaling (factor " + std::to_string(factor) +
                        ", low 1, high 4, original context 8192): value " + std::to_string(i) + " is " +
-                       std::to_string(divisors[static_cast<size_t>(i)]) + ", that scaling gives " + std::to_string(want));
+                       std::to_string(divisors[static_cast<size_t>(i)]) + ", that scaling gives " + std::to_string(w));
   }
   return scaling;
 }
 
 }  // namespace
+
+std::vector<double> llama3_rope_divisors(const RopeScaling& r, int32_t head_dim, float theta) {
+  const double L = r.original_max_position, low = L / r.low_freq_factor, high = L / r.high_freq_factor;
+  std::vector<double> out;
+  for (int32_t i = 0; i < head_dim / 2; ++i) {
+    const double freq = host_exp(-(2.0 * i / head_dim) * host_log(theta));
+    const double wavelen = 2 * kHostPi / freq;
+    double v = r.factor;
+    if (wavelen < high) {
+      v = 1;
+    } else if (wavelen <= low) {
+      const double smooth = (L / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      v = 1 / ((1 - smooth) / r.factor + smooth);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
 
 GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length,
                           std::shared_ptr<const void> owner) {

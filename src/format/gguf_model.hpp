@@ -35,6 +35,11 @@ struct GgufModel {
 GgufModel read_gguf_llama(const GgufFile& file, const std::string& what, std::optional<int32_t> length = std::nullopt,
                           std::shared_ptr<const void> owner = nullptr);
 
+// Llama 3's RoPE scaling as llama.cpp's converter writes it (convert_hf_to_gguf.py, the tensor
+// rope_freqs.weight): each pair's frequency divisor, `factor` where the wavelength passes L / low,
+// 1 where it is below L / high, the smooth blend between; in f64 from lockstep's frequencies.
+std::vector<double> llama3_rope_divisors(const RopeScaling& scaling, int32_t head_dim, float theta);
+
 // Writes a model directory of profile lockstep-int8dot-1 at `dir` (which must not exist; it
 // appears whole or not at all): `gguf`'s bytes as DIR/model.gguf, and model.json naming it with
 // weights.format "gguf" and parameters_sha256 the SHA-256 of the file's bytes.

@@ -1,8 +1,9 @@
-// export_gguf: a lockstep model as llama.cpp's `llama` architecture (docs/FORMAT.md, "GGUF
-// export"). The two models compute the same function: llama.cpp's LLAMA rope type
-// (LLAMA_ROPE_TYPE_NORM) rotates adjacent pairs (x[2i], x[2i+1]) as lockstep does, so the query
-// and key matrices need no permutation; only lockstep's [in, out] matrices are transposed into
-// ggml's order, where ne[0] (the contiguous dimension) is the input.
+// export_gguf: a lockstep model as llama.cpp's `llama` architecture, or `qwen2` for a model with
+// q, k and v biases (docs/FORMAT.md, "GGUF export"). The two models compute the same function:
+// llama.cpp's LLAMA rope type (LLAMA_ROPE_TYPE_NORM) rotates adjacent pairs (x[2i], x[2i+1]) as
+// lockstep does, so a llama file's query and key matrices need no permutation; a qwen2 file's
+// are written in NeoX order, the rotation llama.cpp gives that architecture. Lockstep's [in, out]
+// matrices are transposed into ggml's order, where ne[0] (the contiguous dimension) is the input.
 #include <cstring>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "format/gguf.hpp"
+#include "format/gguf_model.hpp"
 #include "format/mapped_file.hpp"
 #include "interop/gguf_vocab.hpp"
 #include "lockstep/chat_template.hpp"
@@ -97,16 +99,15 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   const ResolvedPath resolved = resolve_model_path(model_path);
   const auto model = Model::load(resolved.model_dir);
   const ModelConfig& c = model->config();
-  // llama.cpp carries these otherwise (Qwen2's biases under its own "qwen2" architecture, Llama 3's
-  // scaling as a rope_freqs tensor of f32 factors whose frequencies are not lockstep's bits): not
-  // written yet, refused by name rather than exported as a different model.
-  if (c.qkv_bias || c.o_bias)
-    throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has attention biases (" +
-                                            std::string(c.qkv_bias ? "qkv_bias" : "o_bias") +
-                                            "); GGUF export writes the \"llama\" architecture, which has none");
-  if (c.rope_scaling)
-    throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has Llama 3 RoPE scaling (rope_scaling); "
-                                            "GGUF export does not write llama.cpp's rope_freqs yet");
+  // Biases on q, k and v alone are Qwen2's, written as llama.cpp's `qwen2` architecture, whose
+  // query and key rows are Hugging Face's NeoX order (llama.cpp rotates i with i + head_dim / 2
+  // there): each written from lockstep's adjacent pairs, as import gguf reads them back. An
+  // output bias (Llama's attention_bias) has no architecture here.
+  if (c.o_bias)
+    throw Error(ErrorKind::unsupported, resolved.model_dir + ": the model has an attention output bias (o_bias); "
+                                            "GGUF export writes the llama and qwen2 architectures, which have none");
+  const bool qwen2 = c.qkv_bias;
+  const std::string arch = qwen2 ? "qwen2" : "llama";
   const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::for_model(resolved.model_dir);
   // A tokenizer.json becomes llama.cpp's `gpt2` vocabulary where its stages are those of a
   // tokenizer.ggml.pre llama.cpp names (interop/gguf_vocab.hpp), else it is refused by name.
@@ -134,11 +135,11 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     while (name.size() > 1 && name.back() == '/') name.pop_back();
     if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
   }
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", arch);
   w.add_string("general.name", name);
   w.add_u32("general.file_type", file_type);
   w.add_u32("general.alignment", 32);
-  format::add_llama_config(w, c);
+  format::add_llama_config(w, c, arch);
 
   if (gpt2) {
     // The ids that end a generation are eos, then eot and eom, as import gguf reads them.
@@ -200,9 +201,18 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   if (const std::unique_ptr<ChatTemplate> chat = ChatTemplate::for_model(resolved.model_dir))
     w.add_string("tokenizer.chat_template", chat->source());
 
-  // A vector: one row, always F32 (as llama.cpp's converter keeps norms).
-  auto vector = [&](const std::string& gguf_name, int64_t offset, int64_t n) {
-    std::vector<float> v(params.begin() + offset, params.begin() + offset + n);
+  // The lockstep output that a qwen2 query or key row r holds: within its head, NeoX's pair
+  // (i, i + hd / 2) is lockstep's adjacent (2i, 2i + 1).
+  const int64_t hd = c.head_dim();
+  auto lockstep_output = [&](bool neox, int64_t r) {
+    if (!neox) return r;
+    const int64_t h = r / hd, within = r % hd, e = within / (hd / 2), i = within % (hd / 2);
+    return h * hd + 2 * i + e;
+  };
+  // A vector: one row, always F32 (as llama.cpp's converter keeps norms and biases).
+  auto vector = [&](const std::string& gguf_name, int64_t offset, int64_t n, bool neox = false) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) v[static_cast<size_t>(r)] = params[static_cast<size_t>(offset + lockstep_output(neox, r))];
     w.add_tensor(gguf_name, {static_cast<uint64_t>(n)}, GgmlType::f32, encode(v, n, GgmlType::f32, gguf_name));
   };
   // A matrix already in ggml's order: rows of `cols` values (ne = {cols, rows}). Q8_0 needs
@@ -215,27 +225,41 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   // An int8dot model's matrix in blocks (an imported GGUF's) is written as the very blocks it
   // computes from, whatever --type says: its rows are already ggml's (ne = {in, out}).
   const quant::BlockMatrices* blocks = model->impl().blocks.get();
-  auto as_blocks = [&](const std::string& gguf_name, int64_t offset) {
+  auto as_blocks = [&](const std::string& gguf_name, int64_t offset, bool neox) {
     if (!blocks) return false;
     const auto it = blocks->find(offset);
     if (it == blocks->end()) return false;
     const quant::BlockRows& b = it->second;
+    const size_t row = b.rows.size() / static_cast<size_t>(b.N);
+    std::vector<uint8_t> rows(b.rows.size());
+    for (int64_t r = 0; r < b.N; ++r)
+      std::memcpy(rows.data() + static_cast<size_t>(r) * row, b.rows.data() + static_cast<size_t>(lockstep_output(neox, r)) * row, row);
     w.add_tensor(gguf_name, {static_cast<uint64_t>(b.K), static_cast<uint64_t>(b.N)},
-                 static_cast<GgmlType>(static_cast<uint32_t>(b.type)), std::vector<uint8_t>(b.rows.begin(), b.rows.end()));
+                 static_cast<GgmlType>(static_cast<uint32_t>(b.type)), std::move(rows));
     return true;
   };
   // A lockstep matrix [in, out] (row-major) transposed to ggml's ne = {in, out}: row o holds
-  // W[0..in, o].
-  auto linear = [&](const std::string& gguf_name, int64_t offset, int64_t in, int64_t out) {
-    if (as_blocks(gguf_name, offset)) return;
+  // W[0..in, o] (of output lockstep_output(neox, o)).
+  auto linear = [&](const std::string& gguf_name, int64_t offset, int64_t in, int64_t out, bool neox = false) {
+    if (as_blocks(gguf_name, offset, neox)) return;
     std::vector<float> t(static_cast<size_t>(in * out));
-    for (int64_t i = 0; i < in; ++i)
-      for (int64_t o = 0; o < out; ++o) t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + o)];
+    for (int64_t o = 0; o < out; ++o) {
+      const int64_t from = lockstep_output(neox, o);
+      for (int64_t i = 0; i < in; ++i) t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + from)];
+    }
     matrix_rows(gguf_name, std::move(t), in, out);
   };
 
   // token_embd: ggml ne = {d_model, vocab}, row t is token t: lockstep's embed as it is.
-  if (!as_blocks("token_embd.weight", reg.embed()))
+  // Llama 3's RoPE scaling: the converter's rope_freqs tensor (import gguf reads it back).
+  if (c.rope_scaling) {
+    std::vector<float> divisors;
+    for (double v : format::llama3_rope_divisors(*c.rope_scaling, c.head_dim(), c.rope_theta))
+      divisors.push_back(static_cast<float>(v));
+    w.add_tensor("rope_freqs.weight", {divisors.size()}, GgmlType::f32,
+                 encode(divisors, static_cast<int64_t>(divisors.size()), GgmlType::f32, "rope_freqs.weight"));
+  }
+  if (!as_blocks("token_embd.weight", reg.embed(), false))
     matrix_rows("token_embd.weight",
               std::vector<float>(params.begin() + reg.embed(), params.begin() + reg.embed() + int64_t{c.vocab_size} * c.d_model),
               c.d_model, c.vocab_size);
@@ -243,9 +267,14 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     const auto& L = reg.layer(i);
     const std::string p = "blk." + std::to_string(i) + ".";
     vector(p + "attn_norm.weight", L.attn_norm, c.d_model);
-    linear(p + "attn_q.weight", L.wq, c.d_model, c.q_dim());
-    linear(p + "attn_k.weight", L.wk, c.d_model, c.kv_dim());
+    linear(p + "attn_q.weight", L.wq, c.d_model, c.q_dim(), qwen2);
+    linear(p + "attn_k.weight", L.wk, c.d_model, c.kv_dim(), qwen2);
     linear(p + "attn_v.weight", L.wv, c.d_model, c.kv_dim());
+    if (qwen2) {
+      vector(p + "attn_q.bias", L.bq, c.q_dim(), true);
+      vector(p + "attn_k.bias", L.bk, c.kv_dim(), true);
+      vector(p + "attn_v.bias", L.bv, c.kv_dim());
+    }
     linear(p + "attn_output.weight", L.wo, c.q_dim(), c.d_model);
     vector(p + "ffn_norm.weight", L.mlp_norm, c.d_model);
     linear(p + "ffn_gate.weight", L.w_gate, c.d_model, c.d_ff);
@@ -260,6 +289,7 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   r.config = c;
   r.tensors = static_cast<int64_t>(w.tensor_count());
   r.type = options.type;
+  r.architecture = arch;
   r.bytes = w.write(file);
   return r;
 }

@@ -647,6 +647,16 @@ int64_t neox_row(int64_t j) {  // the file's row of lockstep's output j
   return h * 16 + e * 8 + i;
 }
 
+// q, k and v biases of the test model's two layers: element j of layer l is scale * ((7j + 3l) % 11 - 5).
+void add_qkv_biases(TestGguf& g, float scale) {
+  for (int l = 0; l < 2; ++l)
+    for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{{"q", 64}, {"k", 32}, {"v", 32}}) {
+      std::string data;
+      for (int j = 0; j < n; ++j) put(data, scale * static_cast<float>((j * 7 + l * 3) % 11 - 5));
+      g.tensors.push_back({"blk." + std::to_string(l) + ".attn_" + name + ".bias", {static_cast<uint64_t>(n)}, kF32, data});
+    }
+}
+
 TEST(GgufImport, Qwen2IsLlamaWithBiasesAndNeoxRows) {
   test::TempDir tmp;
   const TestModel llama = test_model(false, 7);
@@ -660,16 +670,8 @@ TEST(GgufImport, Qwen2IsLlamaWithBiasesAndNeoxRows) {
     for (int64_t j = 0; j < N; ++j) neox.replace(static_cast<size_t>(neox_row(j)) * row, row, t.data, static_cast<size_t>(j) * row, row);
     t.data = neox;
   }
-  auto add_biases = [&](TestGguf& g, float scale) {
-    for (int l = 0; l < 2; ++l)
-      for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{{"q", 64}, {"k", 32}, {"v", 32}}) {
-        std::string data;
-        for (int j = 0; j < n; ++j) put(data, scale * static_cast<float>((j * 7 + l * 3) % 11 - 5));
-        g.tensors.push_back({"blk." + std::to_string(l) + ".attn_" + name + ".bias", {static_cast<uint64_t>(n)}, kF32, data});
-      }
-  };
   TestGguf zero = qwen.file;
-  add_biases(zero, 0.0f);
+  add_qkv_biases(zero, 0.0f);
   const auto a = Model::load(import_file(tmp, llama.file.bytes(), "llama"));
   const auto b = Model::load(import_file(tmp, zero.bytes(), "qwen2"));
   EXPECT_TRUE(b->config().qkv_bias);
@@ -678,7 +680,7 @@ TEST(GgufImport, Qwen2IsLlamaWithBiasesAndNeoxRows) {
     test::expect_same(b->logits({ids.data(), 2, 24}, {}, {Device::cpu, threads}),
                       a->logits({ids.data(), 2, 24}, {}, {Device::cpu, threads}), "qwen2 with zero biases");
   TestGguf biased = qwen.file;
-  add_biases(biased, 0.25f);
+  add_qkv_biases(biased, 0.25f);
   const auto c = Model::load(import_file(tmp, biased.bytes(), "biased"));
   const auto& L = c->registry().layer(1);
   const std::span<const float> p = c->parameters();
@@ -800,6 +802,49 @@ TEST(GgufImport, ExportWritesTheSameBlocks) {
   EXPECT_EQ(Tokenizer::for_model(dir2), nullptr);
   const auto ids = test::random_ids(24, 256, 8);
   EXPECT_TRUE(test::same_bits(Model::load(dir)->logits({ids.data(), 1, 24}), Model::load(dir2)->logits({ids.data(), 1, 24})));
+}
+
+// Export writes a qwen2 model back as llama.cpp's qwen2 architecture (its query and key rows, in
+// blocks here, and their biases in NeoX order again: every tensor the file's own bytes) and Llama
+// 3's scaling as rope_freqs again (the converter's divisors, to f32 rounding).
+TEST(GgufImport, ExportWritesQwen2AndLlama3ScalingBack) {
+  test::TempDir tmp;
+  auto tensors_of = [](const std::string& bytes, const std::string& what) {
+    return format::parse_gguf(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), what);
+  };
+  TestModel qwen = test_model(false, 9, "", 256, "qwen2");
+  add_qkv_biases(qwen.file, 0.5f);
+  const GgufResult r = export_gguf(import_file(tmp, qwen.file.bytes(), "qwen2"), tmp / "qwen2_again.gguf", GgufOptions{"f32", "q"});
+  EXPECT_EQ(r.architecture, "qwen2");
+  const std::string again = test::read_file(tmp / "qwen2_again.gguf");
+  const format::GgufFile f = tensors_of(again, "qwen2_again.gguf");
+  ASSERT_EQ(f.tensors.size(), qwen.file.tensors.size());
+  for (const TestTensor& t : qwen.file.tensors) {
+    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
+    ASSERT_NE(it, f.tensors.end()) << t.name;
+    EXPECT_EQ(it->type, t.type) << t.name;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
+  }
+  EXPECT_EQ(f.find("general.architecture")->text, "qwen2");
+  EXPECT_NE(f.find("qwen2.embedding_length"), nullptr);
+
+  TestModel llama3 = test_model(false, 10, "", 256);
+  llama3.file.tensors.push_back({"rope_freqs.weight", {8}, kF32, rope_freqs(32)});
+  const std::string dir = import_file(tmp, llama3.file.bytes(), "llama3");
+  export_gguf(dir, tmp / "llama3_again.gguf", GgufOptions{"f32", "l"});
+  const std::string l3 = test::read_file(tmp / "llama3_again.gguf");
+  const format::GgufFile g = tensors_of(l3, "llama3_again.gguf");
+  const auto rf = std::find_if(g.tensors.begin(), g.tensors.end(), [](const format::GgufTensor& t) { return t.name == "rope_freqs.weight"; });
+  ASSERT_NE(rf, g.tensors.end());
+  ASSERT_EQ(rf->ne, std::vector<uint64_t>{8});
+  const std::string want = rope_freqs(32);
+  for (int i = 0; i < 8; ++i) {
+    float a, b;
+    std::memcpy(&a, rf->data + 4 * i, 4);
+    std::memcpy(&b, want.data() + 4 * i, 4);
+    EXPECT_NEAR(a, b, 1e-6 * b) << i;
+  }
+  EXPECT_EQ(Model::load(import_file(tmp, l3, "llama3_again"))->config().rope_scaling, Model::load(dir)->config().rope_scaling);
 }
 
 }  // namespace
