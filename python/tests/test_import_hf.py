@@ -295,18 +295,33 @@ def test_scaling_and_biases_matter(tmp_path, case):
         assert np.abs(got - bad).max() / np.abs(bad).max() > 1e-4, what
 
 
-def test_export_gguf_refuses_biases_and_scaling(tmp_path):
-    for case, needle in [("f32-qwen2", "attention biases (qkv_bias)"), ("f32-llama3-scaling", "rope_scaling")]:
-        hf = str(tmp_path / case)
-        make_hf(hf, **CASES[case])
-        out = str(tmp_path / (case + "-m"))
+def test_export_gguf_writes_qwen2_and_llama3_scaling_back(tmp_path):
+    """export-gguf writes a Qwen2 as llama.cpp's qwen2 architecture (NeoX rows, biases) and Llama
+    3's scaling as rope_freqs; import gguf reads either back to the very parameters import hf gave
+    (vocab 256: a byte-level model carries its bytes as the vocabulary). Llama's output bias has no
+    GGUF architecture: refused by name, nothing written."""
+    llama3 = dict(CASES["f32-llama3-scaling"], vocab=256,
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 8192})
+    for case, spec, arch in [("qwen2", dict(CASES["f32-qwen2"], vocab=256), b"qwen2 architecture"),
+                             ("llama3", llama3, b"llama architecture")]:
+        hf, out, back = (str(tmp_path / (case + s)) for s in ("-hf", "-m", "-back"))
+        make_hf(hf, **spec)
         assert run("import", "hf", hf, "-o", out).returncode == 0
-        done = run("export-gguf", out, "-o", str(tmp_path / "x.gguf"))
-        assert done.returncode != 0 and needle in done.stderr.decode(), done.stderr.decode()
-        assert not os.path.exists(tmp_path / "x.gguf")
-        shown = run("inspect", out)
-        assert shown.returncode == 0
-        assert (b"biases     q, k, v" if case == "f32-qwen2" else b"llama3 scaling: factor 8") in shown.stdout
+        done = run("export-gguf", out, "-o", str(tmp_path / (case + ".gguf")))
+        assert done.returncode == 0 and arch in done.stdout, done.stderr.decode()
+        again = run("import", "gguf", str(tmp_path / (case + ".gguf")), "-o", back)
+        assert again.returncode == 0, again.stderr.decode()
+        with open(os.path.join(out, "params.safetensors"), "rb") as a, open(os.path.join(back, "params.safetensors"), "rb") as b:
+            assert a.read() == b.read(), case
+        shown = run("inspect", back)
+        assert (b"biases     q, k, v" if case == "qwen2" else b"llama3 scaling: factor 8") in shown.stdout, shown.stdout
+    hf, out = str(tmp_path / "obias-hf"), str(tmp_path / "obias-m")
+    make_hf(hf, **CASES["f16-llama-attention-bias-llama3"])
+    assert run("import", "hf", hf, "-o", out).returncode == 0
+    done = run("export-gguf", out, "-o", str(tmp_path / "x.gguf"))
+    assert done.returncode != 0 and "attention output bias (o_bias)" in done.stderr.decode(), done.stderr.decode()
+    assert not os.path.exists(tmp_path / "x.gguf")
 
 
 def test_python_sees_biases_and_scaling(extension, tmp_path):
