@@ -97,6 +97,8 @@ std::optional<RopeScaling> llama3_scaling(const GgufTensor& t, const ModelConfig
   if (t.ne.size() != 1 || t.ne[0] != static_cast<uint64_t>(pairs))
     refuse(what, "tensor 'rope_freqs.weight' is not a vector of " + std::to_string(pairs) +
                      " values (one per RoPE pair of the head dimension " + std::to_string(c.head_dim()) + ")");
+  if (t.type != 0 && t.type != 1 && t.type != 30)  // widen reads these as floats, 4 or 2 bytes each
+    refuse(what, "tensor 'rope_freqs.weight' is of type " + ggml_type_name(t.type) + "; lockstep reads it as F32, F16 or BF16");
   const std::vector<float> divisors = widen(t, what);
   const float factor = *std::max_element(divisors.begin(), divisors.end());
   if (factor == 1.0f && std::all_of(divisors.begin(), divisors.end(), [](float v) { return v == 1.0f; }))

@@ -310,6 +310,29 @@ TEST(GgufImport, TheCommandSaysWhatItWidened) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 
+// Llama 3's rope_freqs in a block type (64 pairs here: two Q8_0 blocks) is refused by its type,
+// not read as floats past its bytes.
+TEST(GgufImport, RefusesRopeFreqsInABlockType) {
+  test::TempDir tmp;
+  KModel m = k_model(false, 5);
+  std::string data;
+  for (int b = 0; b < 2; ++b) {
+    put(data, f16(0.1f));
+    for (int j = 0; j < 32; ++j) put<int8_t>(data, 10);
+  }
+  m.file.tensors.push_back({"rope_freqs.weight", {64}, kQ8_0, data});
+  test::write_file(tmp / "rf.gguf", m.file.bytes());
+  try {
+    import_gguf(tmp / "rf.gguf", tmp / "rf");
+    ADD_FAILURE() << "imported rope_freqs in Q8_0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'rope_freqs.weight' is of type Q8_0; lockstep reads it as F32, F16 or BF16"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp / "rf"));
+}
+
 // A K-quant tensor whose super-scale is not finite is refused naming it and its super-block.
 TEST(GgufImport, RefusesANonFiniteKQuantScale) {
   test::TempDir tmp;
