@@ -82,8 +82,8 @@ Run add_bench(CLI::App& app) {
     if (device == Device::reference)
       throw Error(ErrorKind::invalid_argument, "--device: cpu or cuda (--reference times the reference)");
     LoadOptions options;
-    options.device = device;
-    options.simd_target = checked_simd_target(f->simd, device);  // on cuda, the weights go to the GPU here, once
+    options.device = device;  // on cuda, the weights go to the GPU here, once
+    options.simd_target = checked_simd_target(f->simd, device);
     int most = 1;
     for (int t : threads) most = std::max(most, t);
     options.threads = most;

@@ -243,10 +243,9 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   auto linear = [&](const std::string& gguf_name, int64_t offset, int64_t in, int64_t out, bool neox = false) {
     if (as_blocks(gguf_name, offset, neox)) return;
     std::vector<float> t(static_cast<size_t>(in * out));
-    for (int64_t o = 0; o < out; ++o) {
-      const int64_t from = lockstep_output(neox, o);
-      for (int64_t i = 0; i < in; ++i) t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + from)];
-    }
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o)
+        t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + lockstep_output(neox, o))];
     matrix_rows(gguf_name, std::move(t), in, out);
   };
 
