@@ -23,6 +23,7 @@
 #include "format/atomic_write.hpp"
 #include "format/format_error.hpp"
 #include "format/model_json.hpp"
+#include "format/rope_pairs.hpp"
 #include "lockstep/format.hpp"
 #include "quant/k_quants.hpp"
 
@@ -229,14 +230,8 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
     for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
     return s + "}";
   };
-  // Output j of a NeoX-ordered query or key (within its head, pair i is i and i + head_dim / 2)
-  // is lockstep's j' = h * hd + 2i + e: the file's h * hd + e * hd / 2 + i.
-  const int64_t hd = c.head_dim();
-  auto source_row = [&](const Target& to, int64_t j) {
-    if (!to.neox) return j;
-    const int64_t h = j / hd, i = (j % hd) / 2, e = j % 2;
-    return h * hd + e * (hd / 2) + i;
-  };
+  // The file's row (or bias element) of lockstep's output j.
+  auto source_row = [&](const Target& to, int64_t j) { return to.neox ? neox_row(j, c.head_dim()) : j; };
   auto place = [&](const GgufTensor& t, const Target& to) {  // t's shape checked below, before it
     float* dst = out.parameters.data() + to.offset;
     const int64_t K = static_cast<int64_t>(t.ne[0]), N = to.matrix ? static_cast<int64_t>(t.ne[1]) : 1;

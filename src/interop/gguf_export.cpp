@@ -13,6 +13,7 @@
 #include "format/gguf.hpp"
 #include "format/gguf_model.hpp"
 #include "format/mapped_file.hpp"
+#include "format/rope_pairs.hpp"
 #include "interop/gguf_vocab.hpp"
 #include "lockstep/chat_template.hpp"
 #include "lockstep/error.hpp"
@@ -201,18 +202,12 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
   if (const std::unique_ptr<ChatTemplate> chat = ChatTemplate::for_model(resolved.model_dir))
     w.add_string("tokenizer.chat_template", chat->source());
 
-  // The lockstep output that a qwen2 query or key row r holds: within its head, NeoX's pair
-  // (i, i + hd / 2) is lockstep's adjacent (2i, 2i + 1).
-  const int64_t hd = c.head_dim();
-  auto lockstep_output = [&](bool neox, int64_t r) {
-    if (!neox) return r;
-    const int64_t h = r / hd, within = r % hd, e = within / (hd / 2), i = within % (hd / 2);
-    return h * hd + 2 * i + e;
-  };
+  // The file's row of lockstep's output j: a qwen2 query's or key's in NeoX order.
+  auto file_row = [&](bool neox, int64_t j) { return neox ? format::neox_row(j, c.head_dim()) : j; };
   // A vector: one row, always F32 (as llama.cpp's converter keeps norms and biases).
   auto vector = [&](const std::string& gguf_name, int64_t offset, int64_t n, bool neox = false) {
     std::vector<float> v(static_cast<size_t>(n));
-    for (int64_t r = 0; r < n; ++r) v[static_cast<size_t>(r)] = params[static_cast<size_t>(offset + lockstep_output(neox, r))];
+    for (int64_t j = 0; j < n; ++j) v[static_cast<size_t>(file_row(neox, j))] = params[static_cast<size_t>(offset + j)];
     w.add_tensor(gguf_name, {static_cast<uint64_t>(n)}, GgmlType::f32, encode(v, n, GgmlType::f32, gguf_name));
   };
   // A matrix already in ggml's order: rows of `cols` values (ne = {cols, rows}). Q8_0 needs
@@ -232,20 +227,20 @@ GgufResult export_gguf(const std::string& model_path, const std::string& file, c
     const quant::BlockRows& b = it->second;
     const size_t row = b.rows.size() / static_cast<size_t>(b.N);
     std::vector<uint8_t> rows(b.rows.size());
-    for (int64_t r = 0; r < b.N; ++r)
-      std::memcpy(rows.data() + static_cast<size_t>(r) * row, b.rows.data() + static_cast<size_t>(lockstep_output(neox, r)) * row, row);
+    for (int64_t j = 0; j < b.N; ++j)
+      std::memcpy(rows.data() + static_cast<size_t>(file_row(neox, j)) * row, b.rows.data() + static_cast<size_t>(j) * row, row);
     w.add_tensor(gguf_name, {static_cast<uint64_t>(b.K), static_cast<uint64_t>(b.N)},
                  static_cast<GgmlType>(static_cast<uint32_t>(b.type)), std::move(rows));
     return true;
   };
-  // A lockstep matrix [in, out] (row-major) transposed to ggml's ne = {in, out}: row o holds
-  // W[0..in, o] (of output lockstep_output(neox, o)).
+  // A lockstep matrix [in, out] (row-major) transposed to ggml's ne = {in, out}: W[0..in, o] is
+  // row o (row file_row(neox, o) of a qwen2 query or key).
   auto linear = [&](const std::string& gguf_name, int64_t offset, int64_t in, int64_t out, bool neox = false) {
     if (as_blocks(gguf_name, offset, neox)) return;
     std::vector<float> t(static_cast<size_t>(in * out));
     for (int64_t i = 0; i < in; ++i)
       for (int64_t o = 0; o < out; ++o)
-        t[static_cast<size_t>(o * in + i)] = params[static_cast<size_t>(offset + i * out + lockstep_output(neox, o))];
+        t[static_cast<size_t>(file_row(neox, o) * in + i)] = params[static_cast<size_t>(offset + i * out + o)];
     matrix_rows(gguf_name, std::move(t), in, out);
   };
 

@@ -24,6 +24,7 @@
 #include "format/json_text.hpp"
 #include "format/half.hpp"
 #include "format/mapped_file.hpp"
+#include "format/rope_pairs.hpp"
 #include "format/safetensors.hpp"
 #include "interop/hf_chat_template.hpp"
 #include "interop/hf_eos.hpp"
@@ -280,21 +281,15 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   auto linear = [&](const std::string& name, int64_t offset, int64_t in, int64_t out_dim, bool rope) {
     const std::vector<float> w = ckpt.read(name, {out_dim, in}, dtypes);
     for (int64_t j = 0; j < out_dim; ++j) {
-      int64_t src = j;
-      if (rope) {  // column h*hd + 2i + e <- row h*hd + e*hd/2 + i
-        const int64_t h = j / hd, r = j % hd, i = r / 2, e = r % 2;
-        src = h * hd + e * (hd / 2) + i;
-      }
+      const int64_t src = rope ? format::neox_row(j, hd) : j;
       for (int64_t k = 0; k < in; ++k) params[static_cast<size_t>(offset + k * out_dim + j)] = w[static_cast<size_t>(src * in + k)];
     }
   };
   // A bias [out]: lockstep element j is HF element src(j), as for the matrix's columns.
   auto bias = [&](const std::string& name, int64_t offset, int64_t out_dim, bool rope) {
     const std::vector<float> b = ckpt.read(name, {out_dim}, dtypes);
-    for (int64_t j = 0; j < out_dim; ++j) {
-      const int64_t h = j / hd, r = j % hd, i = r / 2, e = r % 2;
-      params[static_cast<size_t>(offset + j)] = b[static_cast<size_t>(rope ? h * hd + e * (hd / 2) + i : j)];
-    }
+    for (int64_t j = 0; j < out_dim; ++j)
+      params[static_cast<size_t>(offset + j)] = b[static_cast<size_t>(rope ? format::neox_row(j, hd) : j)];
   };
   auto copy = [&](const std::string& name, int64_t offset, std::vector<int64_t> shape) {
     const std::vector<float> w = ckpt.read(name, shape, dtypes);

@@ -298,6 +298,18 @@ TEST(GgufImport, WidensKQuantsToF32ByGgmlsRule) {
   }
 }
 
+// `bytes` as a GGUF file is refused with an error that says `says`, and no model directory appears.
+void expect_refused(const test::TempDir& tmp, const std::string& bytes, const std::string& says) {
+  test::write_file(tmp / "bad.gguf", bytes);
+  try {
+    import_gguf(tmp / "bad.gguf", tmp / "bad");
+    ADD_FAILURE() << "imported a file that should be refused: " << says;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp / "bad"));
+}
+
 // `lockstep import gguf` says how many K-quant tensors it widened, and what the model became.
 TEST(GgufImport, TheCommandSaysWhatItWidened) {
   test::TempDir tmp;
@@ -321,16 +333,7 @@ TEST(GgufImport, RefusesRopeFreqsInABlockType) {
     for (int j = 0; j < 32; ++j) put<int8_t>(data, 10);
   }
   m.file.tensors.push_back({"rope_freqs.weight", {64}, kQ8_0, data});
-  test::write_file(tmp / "rf.gguf", m.file.bytes());
-  try {
-    import_gguf(tmp / "rf.gguf", tmp / "rf");
-    ADD_FAILURE() << "imported rope_freqs in Q8_0";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'rope_freqs.weight' is of type Q8_0; lockstep reads it as F32, F16 or BF16"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(std::filesystem::exists(tmp / "rf"));
+  expect_refused(tmp, m.file.bytes(), "tensor 'rope_freqs.weight' is of type Q8_0; lockstep reads it as F32, F16 or BF16");
 }
 
 // A K-quant tensor whose super-scale is not finite is refused naming it and its super-block.
@@ -339,16 +342,7 @@ TEST(GgufImport, RefusesANonFiniteKQuantScale) {
   KModel m = k_model(false, 3);
   TestTensor& t = m.file.tensors[2];  // blk.0.attn_q.weight, Q4_K
   t.data[144 * 5 + 2] = 0x00, t.data[144 * 5 + 3] = static_cast<char>(0x7c);  // super-block 5's dmin: +inf
-  test::write_file(tmp / "bad.gguf", m.file.bytes());
-  try {
-    import_gguf(tmp / "bad.gguf", tmp / "bad");
-    ADD_FAILURE() << "imported a non-finite scale";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'blk.0.attn_q.weight' super-block 5 has a non-finite scale"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(std::filesystem::exists(tmp / "bad"));
+  expect_refused(tmp, m.file.bytes(), "tensor 'blk.0.attn_q.weight' super-block 5 has a non-finite scale");
 }
 
 }  // namespace
