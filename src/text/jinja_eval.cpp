@@ -6,7 +6,10 @@
 //   use (arithmetic, an attribute, an index, a call) is an error naming the undefined name;
 //   `loop` holds index, index0, revindex, revindex0, first, last, length, previtem, nextitem,
 //   counted over the items a `for ... if` keeps.
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "text/jinja.hpp"
 
@@ -31,15 +34,65 @@ constexpr size_t max_items = 1'000'000;          // items of any list made
   fail(line, (v.s.empty() ? std::string("a value") : "'" + v.s + "'") + " is undefined (" + use + ")");
 }
 
+// What one render shares with the macros it calls: the step count, and the objects that may sit
+// in a reference cycle, which shared_ptr never frees. A macro holds the scopes it was defined in
+// and is stored in the innermost of them (scope -> macro -> closure -> scope), and `set ns.x`
+// can put a namespace inside itself. Every other value is built from values that existed before
+// it, and a scope is written only while it is the innermost one, when values of deeper scopes are
+// out of reach but through a namespace; so every cycle passes through a macro's defining scope or
+// a namespace that was written to, and emptying those when the render ends frees everything.
+// Nothing outlives a render but its text.
+class RenderState {
+ public:
+  RenderState() = default;
+  RenderState(const RenderState&) = delete;
+  RenderState& operator=(const RenderState&) = delete;
+  ~RenderState() {
+    frames_.clear_all();
+    namespaces_.clear_all();
+  }
+  void count_step(int line) {
+    if (++steps_ > max_steps) fail(line, "the template runs past " + std::to_string(max_steps) + " steps");
+  }
+  void macro_defined_in(const std::shared_ptr<Frame>& scope) { frames_.add(scope); }
+  void written(const std::shared_ptr<Dict>& ns) { namespaces_.add(ns); }
+
+ private:
+  // Weak references, each object once in a row; the entries whose objects are gone are dropped
+  // whenever the list has doubled since the last sweep, so that a loop defining a macro on every
+  // iteration keeps only the scopes still alive.
+  template <class T>
+  struct Remembered {
+    std::vector<std::weak_ptr<T>> items;
+    size_t sweep_at = 64;
+    void add(const std::shared_ptr<T>& object) {
+      if (!items.empty() && items.back().lock() == object) return;
+      if (items.size() >= sweep_at) {
+        std::erase_if(items, [](const std::weak_ptr<T>& w) { return w.expired(); });
+        sweep_at = std::max<size_t>(64, 2 * items.size());
+      }
+      items.push_back(object);
+    }
+    void clear_all() {
+      for (const auto& w : items)
+        if (auto object = w.lock()) object->clear();
+    }
+  };
+
+  int64_t steps_ = 0;
+  Remembered<Frame> frames_;
+  Remembered<Dict> namespaces_;
+};
+
 enum class Flow { normal, break_, continue_ };
 
 class Renderer {
  public:
-  Renderer(Frames frames, int depth, int64_t* steps) : frames_(std::move(frames)), depth_(depth), steps_(steps) {}
+  Renderer(Frames frames, int depth, RenderState* state) : frames_(std::move(frames)), depth_(depth), state_(state) {}
 
   Flow run(const Body& body, std::string& out) {
     for (const auto& n : body) {
-      if (++*steps_ > max_steps) fail(n->line, "the template runs past " + std::to_string(max_steps) + " steps");
+      state_->count_step(n->line);
       const Flow f = exec(*n, out);
       if (f != Flow::normal) return f;
       if (out.size() > max_output) fail(n->line, "the rendered text passes 64 MiB");
@@ -66,6 +119,7 @@ class Renderer {
         Value ns = lookup(n.text);
         if (!(ns.kind == Value::Kind::dict && ns.is_namespace))
           fail(n.line, "{% set " + n.text + "." + n.attr + " %}: '" + n.text + "' is not a namespace");
+        state_->written(ns.dict);
         for (auto& kv : *ns.dict)
           if (kv.first == n.attr) {
             kv.second = std::move(v);
@@ -80,9 +134,10 @@ class Renderer {
         const Node* def = &n;
         Frames closure = frames_;
         const int depth = depth_;
-        int64_t* steps = steps_;
-        m.fn = std::make_shared<const Callable>(Callable{n.text, [def, closure, depth, steps](const Args& args) {
-                                                           return call_macro(*def, closure, depth, steps, args);
+        RenderState* state = state_;
+        state->macro_defined_in(frames_.back());
+        m.fn = std::make_shared<const Callable>(Callable{n.text, [def, closure, depth, state](const Args& args) {
+                                                           return call_macro(*def, closure, depth, state, args);
                                                          }});
         (*frames_.back())[n.text] = std::move(m);
         return Flow::normal;
@@ -93,13 +148,13 @@ class Renderer {
     return Flow::normal;
   }
 
-  static Value call_macro(const Node& def, const Frames& closure, int depth, int64_t* steps, const Args& args) {
+  static Value call_macro(const Node& def, const Frames& closure, int depth, RenderState* state, const Args& args) {
     if (depth >= max_macro_depth) fail(def.line, "macro calls nest deeper than " + std::to_string(max_macro_depth));
     if (args.positional.size() > def.params.size())
       fail(def.line, "macro " + def.text + " takes " + std::to_string(def.params.size()) + " arguments");
     Frames frames = closure;
     frames.push_back(std::make_shared<Frame>());
-    Renderer inner(frames, depth + 1, steps);
+    Renderer inner(frames, depth + 1, state);
     for (const auto& [k, v] : args.named) {
       bool known = false;
       for (const auto& p : def.params) known = known || p.first == k;
@@ -131,7 +186,7 @@ class Renderer {
     if (n.filter) {  // `for x in xs if cond`: the loop counts the kept items alone
       List kept;
       for (const Value& item : all) {
-        if (++*steps_ > max_steps) fail(n.line, "the template runs past " + std::to_string(max_steps) + " steps");
+        state_->count_step(n.line);
         frames_.push_back(std::make_shared<Frame>());
         bind(*frames_.back(), item);
         const bool keep = truthy(eval(*n.filter));
@@ -150,7 +205,7 @@ class Renderer {
     frames_.push_back(frame);
     Flow f = Flow::normal;
     for (int64_t k = 0; k < count && f != Flow::break_; ++k) {
-      if (++*steps_ > max_steps) fail(n.line, "the template runs past " + std::to_string(max_steps) + " steps");
+      state_->count_step(n.line);
       frame->clear();
       bind(*frame, all[static_cast<size_t>(k)]);
       fields[0].second = Value::integer(k + 1);
@@ -481,7 +536,7 @@ class Renderer {
 
   Frames frames_;
   int depth_;
-  int64_t* steps_;  // shared by the macros it calls
+  RenderState* state_;  // shared by the macros it calls
 };
 
 }  // namespace
@@ -490,8 +545,8 @@ std::string render(const Body& body, const std::map<std::string, Value>& context
   Frames frames;
   frames.push_back(std::make_shared<Frame>(context));
   frames.push_back(std::make_shared<Frame>());  // the template's own `set`s
-  int64_t steps = 0;
-  Renderer r(std::move(frames), 0, &steps);
+  RenderState state;
+  Renderer r(std::move(frames), 0, &state);
   std::string out;
   r.run(body, out);
   return out;
