@@ -1,5 +1,5 @@
 // libFuzzer target: any bytes as a GGUF file, read as `lockstep import gguf` and the loader of an
-// int8dot model read it (format/gguf_read.hpp, format/gguf_model.hpp). Either a format Error
+// int8dot model (either profile) read it (format/gguf_read.hpp, format/gguf_model.hpp). Either a format Error
 // naming the file, or a file whose every promise holds: each tensor's bytes inside the input, no
 // two overlapping, and a model whose parameters and block rows have the registry's sizes. A file
 // with tokenizer.ggml.model has its vocabulary converted as import gguf converts it
@@ -56,12 +56,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const lockstep::format::GgufFile f = lockstep::format::parse_gguf({data, size}, kWhat);
     check(f, data, size);
     convert_vocabulary(f);
-    const lockstep::format::GgufModel m = lockstep::format::read_gguf_llama(f, kWhat);
-    const lockstep::ParameterRegistry reg(m.config);
-    if (static_cast<int64_t>(m.parameters.size()) != reg.total()) broken("parameters are the registry's");
-    for (const auto& [offset, rows] : m.blocks)
-      if (static_cast<int64_t>(rows.rows.size()) != rows.N * lockstep::quant::block_row_bytes(rows.type, rows.K))
-        broken("block rows hold N rows of K inputs");
+    // Read as both int8dot profiles read it: the K-quants widened (-1) and kept in blocks (-2).
+    for (const bool k_quant_blocks : {false, true}) {
+      const lockstep::format::GgufModel m = lockstep::format::read_gguf_llama(f, kWhat, std::nullopt, nullptr, k_quant_blocks);
+      const lockstep::ParameterRegistry reg(m.config);
+      if (static_cast<int64_t>(m.parameters.size()) != reg.total()) broken("parameters are the registry's");
+      for (const auto& [offset, rows] : m.blocks)
+        if (static_cast<int64_t>(rows.rows.size()) != rows.N * lockstep::quant::block_row_bytes(rows.type, rows.K))
+          broken("block rows hold N rows of K inputs");
+    }
   } catch (const lockstep::Error& e) {
     const std::string message = e.what();
     if (e.kind() != lockstep::ErrorKind::format || message.rfind(kWhat + ": ", 0) != 0)

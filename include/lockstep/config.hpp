@@ -30,7 +30,13 @@ const char* profile_name() noexcept;
 // "lockstep-int8dot-1": matrices in GGUF's block formats (Q8_0, Q4_0, Q5_0), activations quantized
 // per block of 32, integer block dot products; everything else as lockstep-f32-1.
 const char* int8dot_profile_name() noexcept;
-// The profile named `name` (one of the two pointers above), or null for a name no profile has.
+// "lockstep-int8dot-2": lockstep-int8dot-1, and Q4_K, Q5_K and Q6_K matrices computed in integers
+// too (lockstep-int8dot-1 widens them to f32). A model with no K-quant matrix computes the same
+// bits under both; import names -2 only for a file that has K-quants.
+const char* int8dot_k_profile_name() noexcept;
+// Whether `profile` computes matrices in GGUF blocks (one of the two int8dot profiles).
+bool is_int8dot_profile(std::string_view profile) noexcept;
+// The profile named `name` (one of the pointers above), or null for a name no profile has.
 const char* find_profile(std::string_view name) noexcept;
 
 enum class Precision {

@@ -60,14 +60,17 @@ ImportHfResult import_hf(const std::string& dir, const std::string& out, const I
 struct ImportGgufOptions {
   int32_t length = 0;     // the window; 0: llama.context_length (at most 65,536)
   bool ids_only = false;  // import without the file's vocabulary (a model of token ids)
+  // Widen Q4_K, Q5_K and Q6_K matrices to f32 (profile lockstep-int8dot-1, or lockstep-f32-1 for
+  // a file with no other blocks) instead of computing them in integers (lockstep-int8dot-2).
+  bool widen_k_quants = false;
 };
 
 struct ImportGgufResult {
   ModelConfig config;
-  std::string profile;                // the model's: lockstep-int8dot-1 when any matrix is in blocks
+  std::string profile;                // the model's: an int8dot one when any matrix is in blocks
   std::vector<std::string> types;     // the tensor types met, e.g. {"F32", "Q4_0"}
   int64_t block_matrices = 0;         // matrices kept as the file's blocks
-  int64_t widened_k_quants = 0;       // Q4_K, Q5_K, Q6_K tensors, widened to f32 (no kernels yet)
+  int64_t widened_k_quants = 0;       // Q4_K, Q5_K, Q6_K tensors widened to f32 (widen_k_quants)
   bool tied = false;                  // no output.weight: the head is token_embd's rows
   std::string vocabulary;             // tokenizer.ggml.model, "" when the file has none
   std::string pre;                    // tokenizer.ggml.pre of a gpt2 vocabulary
@@ -79,10 +82,11 @@ struct ImportGgufResult {
 
 // Reads a GGUF file of llama.cpp's `llama` or `qwen2` architecture (F32, F16, BF16, Q8_0, Q4_0,
 // Q5_0, Q4_K, Q5_K, Q6_K tensors) and writes a lockstep model directory at `out` (which must not
-// exist; it appears whole or not at all). With any matrix in Q8_0, Q4_0 or Q5_0 blocks the model
-// is of profile lockstep-int8dot-1 and its weights file is a byte copy of the GGUF file (blocks
-// bit for bit); otherwise an f32 model. F16, BF16 and the K-quants are widened to f32 by exact
-// rules (docs/ARITHMETIC.md). The file's vocabulary becomes the model's tokenizer (a `gpt2` one a
+// exist; it appears whole or not at all). With any matrix in blocks the model is of profile
+// lockstep-int8dot-2 (some in Q4_K, Q5_K or Q6_K) or lockstep-int8dot-1 (only Q8_0, Q4_0, Q5_0)
+// and its weights file is a byte copy of the GGUF file (blocks bit for bit); otherwise an f32
+// model. F16 and BF16 (and the K-quants with `widen_k_quants`) are widened to f32 by exact rules
+// (docs/ARITHMETIC.md). The file's vocabulary becomes the model's tokenizer (a `gpt2` one a
 // tokenizer.json, a `llama` one a SentencePiece tokenizer.model; docs/FORMAT.md, "GGUF import")
 // and its tokenizer.chat_template the model's chat template, unless `ids_only`. Throws Error
 // naming the tensor, key or type it refuses (another tokenizer.ggml.model or pre among them).

@@ -11,7 +11,7 @@ Run add_import(CLI::App& app) {
   struct Flags {
     std::string dir, out;
     int32_t length = 0, batch = 8;
-    bool ids_only = false;
+    bool ids_only = false, widen_k_quants = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("import", "write another tool's model as a lockstep model directory");
@@ -33,17 +33,20 @@ Run add_import(CLI::App& app) {
   gg->add_option("-o,--output", g->out, "the model directory to write (must not exist)")->required();
   gg->add_option("--length", g->length, "the window (default: llama.context_length, at most 65536)");
   gg->add_flag("--ids-only", g->ids_only, "import without the file's vocabulary: a model of token ids");
+  gg->add_flag("--widen-k-quants", g->widen_k_quants,
+               "widen Q4_K, Q5_K and Q6_K matrices to f32 (profile lockstep-int8dot-1, or f32) instead of integers");
   gg->footer(
-      "Q8_0, Q4_0 and Q5_0 matrices are kept as the file's blocks (the model directory holds a copy of the file)\n"
-      "and computed by integer block dot products: profile lockstep-int8dot-1 (docs/ARITHMETIC.md). F16 and BF16\n"
-      "are widened exactly to f32, and so are Q4_K, Q5_K and Q6_K (no integer kernels for them yet: 4 bytes a\n"
-      "weight); a file without Q8_0, Q4_0 or Q5_0 matrices becomes an f32 model. Other tensor types are refused.\n"
+      "Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K matrices are kept as the file's blocks (the model directory holds a\n"
+      "copy of the file) and computed by integer block dot products: profile lockstep-int8dot-2 with K-quants,\n"
+      "else lockstep-int8dot-1 (docs/ARITHMETIC.md). F16 and BF16 are widened exactly to f32, and so are the\n"
+      "K-quants with --widen-k-quants; a file with no matrix in blocks becomes an f32 model. Other types are refused.\n"
       "The vocabulary becomes the model's tokenizer: 'gpt2' (pre gpt-2, llama-bpe, qwen2, smollm, default) a\n"
       "tokenizer.json, 'llama' a SentencePiece tokenizer.model; tokenizer.chat_template its chat template.");
   auto run_gguf = [g] {
     ImportGgufOptions options;
     options.length = g->length;
     options.ids_only = g->ids_only;
+    options.widen_k_quants = g->widen_k_quants;
     const ImportGgufResult r = import_gguf(g->dir, g->out, options);
     std::string types;
     for (const std::string& s : r.types) types += (types.empty() ? "" : ", ") + s;
@@ -51,8 +54,7 @@ Run add_import(CLI::App& app) {
     std::printf("import gguf: %s (%s; %lld matrices kept in blocks)\n", g->dir.c_str(), types.c_str(),
                 static_cast<long long>(r.block_matrices));
     if (r.widened_k_quants > 0)
-      std::printf("widened to f32: %lld K-quant tensor%s (lockstep has no integer kernels for Q4_K, Q5_K, Q6_K yet;"
-                  " 4 bytes a weight)\n",
+      std::printf("widened to f32: %lld K-quant tensor%s (--widen-k-quants; 4 bytes a weight)\n",
                   static_cast<long long>(r.widened_k_quants), r.widened_k_quants == 1 ? "" : "s");
     std::printf("wrote %s: profile %s, vocab %d, window %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d%s\n",
                 g->out.c_str(), r.profile.c_str(), c.vocab_size, c.length, c.d_model, c.n_layers, c.n_heads,

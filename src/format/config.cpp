@@ -203,9 +203,14 @@ std::vector<float> init_parameters(const ModelConfig& config, uint64_t seed) {
 
 const char* profile_name() noexcept { return "lockstep-f32-1"; }
 const char* int8dot_profile_name() noexcept { return "lockstep-int8dot-1"; }
+const char* int8dot_k_profile_name() noexcept { return "lockstep-int8dot-2"; }
+
+bool is_int8dot_profile(std::string_view profile) noexcept {
+  return profile == int8dot_profile_name() || profile == int8dot_k_profile_name();
+}
 
 const char* find_profile(std::string_view name) noexcept {
-  for (const char* p : {profile_name(), int8dot_profile_name()})
+  for (const char* p : {profile_name(), int8dot_profile_name(), int8dot_k_profile_name()})
     if (name == p) return p;
   return nullptr;
 }

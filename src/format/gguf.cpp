@@ -43,6 +43,9 @@ uint64_t type_row_bytes(GgmlType type, uint64_t ne0) {
     case GgmlType::q8_0: return ne0 / kQ8Block * kQ8BlockBytes;
     case GgmlType::q4_0: return ne0 / 32 * 18;
     case GgmlType::q5_0: return ne0 / 32 * 22;
+    case GgmlType::q4_k: return ne0 / 256 * 144;
+    case GgmlType::q5_k: return ne0 / 256 * 176;
+    case GgmlType::q6_k: return ne0 / 256 * 210;
   }
   return 0;
 }

@@ -15,8 +15,8 @@
 namespace lockstep::format {
 
 // ggml's tensor types that lockstep writes, with ggml's numbers.
-// Q4_0 and Q5_0 are written only as an int8dot model's blocks, as they were read.
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q5_0 = 6, q8_0 = 8 };
+// Q4_0, Q5_0 and the K-quants are written only as an int8dot model's blocks, as they were read.
+enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q5_0 = 6, q8_0 = 8, q4_k = 12, q5_k = 13, q6_k = 14 };
 
 // ggml's Q8_0 block: 32 values share one f16 scale `d`; 34 bytes (d, then 32 int8).
 inline constexpr int kQ8Block = 32;

@@ -137,7 +137,7 @@ std::vector<double> llama3_rope_divisors(const RopeScaling& r, int32_t head_dim,
 }
 
 GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optional<int32_t> length,
-                          std::shared_ptr<const void> owner) {
+                          std::shared_ptr<const void> owner, bool k_quant_blocks) {
   const GgufValue& arch = need_key(f, "general.architecture", what);
   if (arch.type != 8 || (arch.text != "llama" && arch.text != "qwen2"))
     refuse(what, "general.architecture is " + (arch.type == 8 ? "'" + arch.text + "'" : std::string("not a string")) +
@@ -235,7 +235,7 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
   auto place = [&](const GgufTensor& t, const Target& to) {  // t's shape checked below, before it
     float* dst = out.parameters.data() + to.offset;
     const int64_t K = static_cast<int64_t>(t.ne[0]), N = to.matrix ? static_cast<int64_t>(t.ne[1]) : 1;
-    if (const auto type = quant::block_type_of(t.type)) {
+    if (const auto type = quant::block_type_of(t.type, k_quant_blocks)) {
       if (!to.matrix) refuse(what, "tensor '" + t.name + "' is a vector in " + ggml_type_name(t.type) + "; lockstep reads vectors as F32, F16 or BF16");
       std::vector<uint8_t> reordered;  // NeoX rows in adjacent pairs: a copy, the blocks unchanged
       if (to.neox) {
@@ -247,10 +247,12 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
       quant::BlockRows rows =
           to.neox ? quant::block_rows(*type, K, N, reordered, nullptr)
                   : quant::block_rows(*type, K, N, {t.data, static_cast<size_t>(t.bytes)}, owner);
-      const int64_t bytes = quant::block_bytes(*type);
-      for (int64_t b = 0; b < static_cast<int64_t>(t.bytes) / bytes; ++b)
-        if (!std::isfinite(quant::block_scale(rows.rows.data() + b * bytes)))
-          refuse(what, "tensor '" + t.name + "' block " + std::to_string(b) + " has a non-finite scale");
+      const int64_t units = K / quant::row_multiple(*type), row_bytes = quant::block_row_bytes(*type, K);
+      const char* unit = quant::is_k_quant(*type) ? "super-block " : "block ";
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t u = 0; u < units; ++u)
+          if (!quant::unit_scales_finite(*type, rows.rows.data() + n * row_bytes, u))
+            refuse(what, "tensor '" + t.name + "' " + unit + std::to_string(n * units + u) + " has a non-finite scale");
       if (to.embedding) {  // the lookup reads its f32 rows
         quant::dequantize_rows(rows, dst, false);
       } else {  // only the floats of the pages at its two ends stay: the whole pages between go back
@@ -313,14 +315,14 @@ GgufModel read_gguf_llama(const GgufFile& f, const std::string& what, std::optio
 }
 
 void write_gguf_model_directory(const std::string& dir, const ModelConfig& config, std::span<const uint8_t> gguf,
-                                const std::vector<int32_t>& eos_token_ids) {
+                                const std::vector<int32_t>& eos_token_ids, const char* profile) {
   config.validate();
   if (path_exists(dir)) throw Error(ErrorKind::invalid_argument, "'" + dir + "' already exists; lockstep will not overwrite it");
   AtomicDirectory out(dir);
   write_file_synced(out.file(kGgufWeightsFile), std::string_view(reinterpret_cast<const char*>(gguf.data()), gguf.size()));
   ModelDescription d;
   d.config = config;
-  d.profile = int8dot_profile_name();
+  d.profile = profile;
   d.weights = {kGgufWeightsFile, kGgufFormat, sha256_hex(gguf.data(), gguf.size())};
   d.eos_token_ids = eos_token_ids;
   write_file_synced(out.file("model.json"), render_model_json(d));

@@ -265,7 +265,7 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
                      profile_name() + "'");
   if (!find_profile(d.profile))
     refuse(what, "written for arithmetic profile '" + d.profile + "', which this lockstep does not compute (it computes '" +
-                     profile_name() + "' and '" + int8dot_profile_name() + "')");
+                     profile_name() + "', '" + int8dot_profile_name() + "' and '" + int8dot_k_profile_name() + "')");
   const std::string arch = string_field(j, "architecture", what, "model.json");
   if (arch != kArchitecture)
     refuse(what, "architecture '" + arch + "' is not one lockstep runs ('" + kArchitecture + "')");
@@ -341,10 +341,11 @@ ModelDescription parse_model_json(std::string_view text, const std::string& what
   d.weights = parse_weights(field(j, "weights", what, "model.json"), what, "weights");
   // docs/FORMAT.md, "Profiles": the int8dot profile goes with a GGUF weights file and precision
   // f32, and a GGUF weights file with the int8dot profile.
-  const bool int8dot = d.profile == int8dot_profile_name(), gguf = d.weights.format == kGgufFormat;
+  const bool int8dot = is_int8dot_profile(d.profile), gguf = d.weights.format == kGgufFormat;
   if (int8dot != gguf)
-    refuse(what, "profile '" + d.profile + "' does not go with weights.format '" + d.weights.format + "' (profile '" +
-                     int8dot_profile_name() + "' goes with weights.format 'gguf', and only it)");
+    refuse(what, "profile '" + d.profile + "' does not go with weights.format '" + d.weights.format + "' (profiles '" +
+                     int8dot_profile_name() + "' and '" + int8dot_k_profile_name() +
+                     "' go with weights.format 'gguf', and only they)");
   if (int8dot && d.precision != Precision::f32)
     refuse(what, "profile '" + d.profile + "' computes under precision f32 only, not '" + precision + "'");
   if (gguf && j.contains("trained_weights") && !j["trained_weights"].is_null())

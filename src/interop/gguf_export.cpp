@@ -76,7 +76,10 @@ std::vector<uint8_t> encode(const std::vector<float>& values, int64_t cols, Ggml
       break;
     case GgmlType::q4_0:
     case GgmlType::q5_0:  // never quantized here: only an int8dot model's blocks, written as they are
-      throw Error(ErrorKind::internal, "tensor '" + name + "': lockstep does not quantize to Q4_0 or Q5_0");
+    case GgmlType::q4_k:
+    case GgmlType::q5_k:
+    case GgmlType::q6_k:
+      throw Error(ErrorKind::internal, "tensor '" + name + "': lockstep does not quantize to Q4_0, Q5_0 or K-quants");
   }
   return out;
 }

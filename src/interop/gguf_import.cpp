@@ -18,8 +18,9 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
   if (options.length < 0) throw Error(ErrorKind::invalid_argument, "--length must be positive");
   const format::MappedFile file(path);
   const format::GgufFile gguf = format::parse_gguf(file.bytes(), path);
-  format::GgufModel m = format::read_gguf_llama(gguf, path, options.length > 0 ? std::optional<int32_t>(options.length)
-                                                                                : std::nullopt);
+  format::GgufModel m = format::read_gguf_llama(
+      gguf, path, options.length > 0 ? std::optional<int32_t>(options.length) : std::nullopt, nullptr,
+      !options.widen_k_quants);
   ImportGgufResult r;
   r.config = m.config;
   r.vocabulary = m.vocabulary;
@@ -27,7 +28,7 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
   for (const format::GgufTensor& t : gguf.tensors) {
     const std::string type = format::ggml_type_name(t.type);
     if (std::find(r.types.begin(), r.types.end(), type) == r.types.end()) r.types.push_back(type);
-    if (quant::k_quant_of(t.type)) ++r.widened_k_quants;
+    if (quant::k_quant_of(t.type) && options.widen_k_quants) ++r.widened_k_quants;
   }
   r.tied = std::none_of(gguf.tensors.begin(), gguf.tensors.end(),
                         [](const format::GgufTensor& t) { return t.name == "output.weight"; });
@@ -40,14 +41,16 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
     r.chat_template = !vocabulary->chat_template.empty();
     r.eos_token_ids = m.eos_token_ids = vocabulary->eos_token_ids;
   }
-  r.profile = m.blocks.empty() ? profile_name() : int8dot_profile_name();
+  const bool k_blocks = std::any_of(m.blocks.begin(), m.blocks.end(),
+                                    [](const auto& b) { return quant::is_k_quant(b.second.type); });
+  r.profile = m.blocks.empty() ? profile_name() : k_blocks ? int8dot_k_profile_name() : int8dot_profile_name();
   auto write_model = [&](const std::string& dir) {
     if (m.blocks.empty()) {
       ModelMetadata meta;
       meta.eos_token_ids = m.eos_token_ids;
       write_model_directory(dir, m.config, m.parameters, meta);
     } else {
-      format::write_gguf_model_directory(dir, m.config, file.bytes(), m.eos_token_ids);
+      format::write_gguf_model_directory(dir, m.config, file.bytes(), m.eos_token_ids, r.profile.c_str());
     }
   };
   if (vocabulary && (!vocabulary->file.empty() || !vocabulary->chat_template.empty()))

@@ -1,6 +1,7 @@
 // Planning and packing a model's matrices (packed_weights.hpp) with the kernels' packers.
 #include "model/packed_weights.hpp"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "kernels/simd/block_matrix.hpp"
@@ -52,6 +53,13 @@ FusedPlan plan_fused(const float* w, const quant::Q8Matrices* q8, const quant::Q
     throw Error(ErrorKind::unsupported,
                 "a fused matrix ([wq | wk | wv] or [w_gate | w_up]) has some parts in GGUF blocks and some in floats; "
                 "lockstep computes them only all in blocks or all in floats");
+  const auto k_parts = std::count_if(plan.block_parts.begin(), plan.block_parts.end(),
+                                     [](const simd::BlockPart& p) { return quant::is_k_quant(p.type); });
+  if (k_parts != 0 && k_parts != static_cast<std::ptrdiff_t>(plan.block_parts.size()))
+    throw Error(ErrorKind::unsupported,
+                "a fused matrix ([wq | wk | wv] or [w_gate | w_up]) mixes K-quant parts (Q4_K, Q5_K, Q6_K) with Q8_0, "
+                "Q4_0 or Q5_0 ones; lockstep computes a fused matrix's blocks all of one kind (import it with "
+                "--widen-k-quants)");
   plan.storage = plan.q4_parts.size() == plan.parts.size()   ? simd::PanelStorage::q4
                  : plan.q8_parts.size() == plan.parts.size() ? simd::PanelStorage::q8
                  : bf16                                      ? simd::PanelStorage::bf16

@@ -1,5 +1,8 @@
 #include "quant/gguf_blocks.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace lockstep::quant {
 
 const char* block_type_name(BlockType type) noexcept {
@@ -7,14 +10,43 @@ const char* block_type_name(BlockType type) noexcept {
     case BlockType::q8_0: return "Q8_0";
     case BlockType::q4_0: return "Q4_0";
     case BlockType::q5_0: return "Q5_0";
+    case BlockType::q4_k: return "Q4_K";
+    case BlockType::q5_k: return "Q5_K";
+    case BlockType::q6_k: return "Q6_K";
   }
   return "?";
 }
 
-std::optional<BlockType> block_type_of(uint32_t ggml_type) noexcept {
-  for (BlockType t : {BlockType::q4_0, BlockType::q5_0, BlockType::q8_0})
-    if (static_cast<uint32_t>(t) == ggml_type) return t;
+std::optional<BlockType> block_type_of(uint32_t ggml_type, bool k_quants) noexcept {
+  for (BlockType t : {BlockType::q4_0, BlockType::q5_0, BlockType::q8_0, BlockType::q4_k, BlockType::q5_k, BlockType::q6_k})
+    if (static_cast<uint32_t>(t) == ggml_type && (k_quants || !is_k_quant(t))) return t;
   return std::nullopt;
+}
+
+void row_block(BlockType type, const uint8_t* row, int64_t b, RowBlock& out) {
+  if (!is_k_quant(type)) {
+    const uint8_t* block = row + b * block_bytes(type);
+    block_values(type, block, out.q);
+    out.c1 = block_scale(block);
+    out.c2 = 0.0f;
+    out.form = RowBlock::Form::scaled;
+    return;
+  }
+  const auto k = static_cast<KQuantType>(type);
+  KQuantBlock kb;
+  k_quant_block(k, row + b / 8 * super_block_bytes(k), static_cast<int>(b % 8), kb);
+  std::copy(kb.q, kb.q + kBlockValues, out.q);
+  out.c1 = kb.c1;
+  out.c2 = kb.c2;
+  out.form = kb.halves ? RowBlock::Form::halves : RowBlock::Form::minus_min;
+}
+
+bool unit_scales_finite(BlockType type, const uint8_t* row, int64_t u) {
+  auto finite = [](const uint8_t* p) { return std::isfinite(f32_from_f16_bits(static_cast<uint16_t>(p[0] | (p[1] << 8)))); };
+  if (!is_k_quant(type)) return finite(row + u * block_bytes(type));
+  const auto k = static_cast<KQuantType>(type);
+  const uint8_t* sb = row + u * super_block_bytes(k);
+  return k == KQuantType::q6_k ? finite(sb + 208) : finite(sb) && finite(sb + 2);
 }
 
 void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValues]) {
@@ -39,6 +71,9 @@ void block_values(BlockType type, const uint8_t* block, int8_t values[kBlockValu
       }
       return;
     }
+    case BlockType::q4_k:
+    case BlockType::q5_k:
+    case BlockType::q6_k: return;  // super-blocks: row_block decodes them
   }
 }
 
@@ -54,16 +89,14 @@ BlockRows block_rows(BlockType type, int64_t K, int64_t N, std::span<const uint8
 
 void dequantize_range(const BlockRows& m, float* out, bool transpose, int64_t begin, int64_t end) {
   if (begin >= end) return;
-  const int64_t bytes = block_bytes(m.type), blocks = m.K / kBlockValues;
+  const int64_t row_bytes = block_row_bytes(m.type, m.K), blocks = m.K / kBlockValues;
   // Block b of output n holds inputs [32 b, 32 b + 32): decoded once, its values in the range written.
   auto put = [&](int64_t n, int64_t b) {
-    const uint8_t* block = m.rows.data() + (n * blocks + b) * bytes;
-    int8_t values[kBlockValues];
-    block_values(m.type, block, values);
-    const float d = block_scale(block);
+    RowBlock block;
+    row_block(m.type, m.rows.data() + n * row_bytes, b, block);
     for (int j = 0; j < kBlockValues; ++j) {
       const int64_t k = b * kBlockValues + j, i = transpose ? k * m.N + n : n * m.K + k;
-      if (i >= begin && i < end) out[i] = d * static_cast<float>(values[j]);
+      if (i >= begin && i < end) out[i] = block.value(j);
     }
   };
   if (transpose) {  // out[k N + n]: every output's block b for each b whose inputs the range touches

@@ -38,7 +38,7 @@ std::optional<KQuantType> k_quant_of(uint32_t ggml_type) noexcept {
   return std::nullopt;
 }
 
-void widen_super_block(KQuantType type, const uint8_t* block, float out[kSuperBlockValues]) {
+void k_quant_block(KQuantType type, const uint8_t* block, int s, KQuantBlock& out) {
   if (type == KQuantType::q6_k) {
     // 16 sub-blocks of 16 values: value i (of 256) is in half h = i / 128; within it, r = i % 128,
     // l = r % 32, quarter r / 32 picks the low (0, 1) or high (2, 3) nibble of ql[64 h + l] or
@@ -47,35 +47,46 @@ void widen_super_block(KQuantType type, const uint8_t* block, float out[kSuperBl
     const uint8_t* qh = block + 128;
     const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
     const float d = f16_at(block + 208);
-    for (int i = 0; i < kSuperBlockValues; ++i) {
-      const int h = i / 128, r = i % 128, l = r % 32, quarter = r / 32;
+    for (int j = 0; j < 32; ++j) {
+      const int i = 32 * s + j, h = i / 128, r = i % 128, l = r % 32, quarter = r / 32;
       const uint8_t low_byte = ql[64 * h + (quarter % 2) * 32 + l];
       const int low = quarter < 2 ? low_byte & 15 : low_byte >> 4;
       const int high = (qh[32 * h + l] >> (2 * quarter)) & 3;
-      const int q = (low | (high << 4)) - 32;                      // in [-32, 31]
-      const float scale = d * static_cast<float>(sc[i / 16]);       // exact: 11 by 8 significant bits
-      out[i] = scale * static_cast<float>(q);                       // one rounding
+      out.q[j] = static_cast<int8_t>((low | (high << 4)) - 32);  // in [-32, 31]
     }
+    out.c1 = d * static_cast<float>(sc[2 * s]);  // exact: 11 by 8 significant bits
+    out.c2 = d * static_cast<float>(sc[2 * s + 1]);
+    out.halves = true;
     return;
   }
   // Q4_K, Q5_K: 8 sub-blocks of 32; sub-blocks 2p and 2p + 1 take the low and high nibbles of the
   // 32 bytes qs[32 p .. 32 p + 31]; Q5_K's fifth bit of value l of sub-block s is bit s of qh[l].
   const float d = f16_at(block), dmin = f16_at(block + 2);
-  const uint8_t* scales = block + 4;
   const bool five = type == KQuantType::q5_k;
   const uint8_t* qh = block + 16;
   const uint8_t* qs = block + (five ? 48 : 16);
-  for (int s = 0; s < 8; ++s) {
-    int sc = 0, m = 0;
-    scale_and_min(scales, s, sc, m);
-    const float scale = d * static_cast<float>(sc);   // exact: 11 by 6 significant bits
-    const float shift = dmin * static_cast<float>(m);  // exact, likewise
-    for (int l = 0; l < 32; ++l) {
-      const uint8_t byte = qs[32 * (s / 2) + l];
-      int q = s % 2 == 0 ? byte & 15 : byte >> 4;
-      if (five) q |= ((qh[l] >> s) & 1) << 4;
-      // scale ⊗ q is exact (at most 17 + 5 significant bits); the subtraction rounds once.
-      out[32 * s + l] = scale * static_cast<float>(q) - shift;
+  int sc = 0, m = 0;
+  scale_and_min(block + 4, s, sc, m);
+  for (int l = 0; l < 32; ++l) {
+    const uint8_t byte = qs[32 * (s / 2) + l];
+    int q = s % 2 == 0 ? byte & 15 : byte >> 4;
+    if (five) q |= ((qh[l] >> s) & 1) << 4;
+    out.q[l] = static_cast<int8_t>(q);
+  }
+  out.c1 = d * static_cast<float>(sc);      // exact: 11 by 6 significant bits
+  out.c2 = -(dmin * static_cast<float>(m));  // exact, likewise
+  out.halves = false;
+}
+
+void widen_super_block(KQuantType type, const uint8_t* block, float out[kSuperBlockValues]) {
+  KQuantBlock kb;
+  for (int s = 0; s < kSuperBlockValues / 32; ++s) {
+    k_quant_block(type, block, s, kb);
+    for (int j = 0; j < 32; ++j) {
+      const float q = static_cast<float>(kb.q[j]);
+      // Q6_K: one rounding. Q4_K, Q5_K: c1 ⊗ q is exact (at most 17 + 5 significant bits), and
+      // adding c2 = -(dmin ⊗ m) is the subtraction (dmin ⊗ m) taken off, rounded once.
+      out[32 * s + j] = kb.halves ? (j < 16 ? kb.c1 : kb.c2) * q : kb.c1 * q + kb.c2;
     }
   }
 }

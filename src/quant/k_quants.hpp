@@ -1,8 +1,9 @@
 // GGUF's K-quant super-blocks Q4_K, Q5_K and Q6_K (what llama.cpp's Q4_K_M, Q5_K_M and Q6_K files
 // hold): 256 consecutive inputs a super-block, in sub-blocks with their own small integer scales
-// (and, for Q4_K and Q5_K, minimums) under f16 super-scales. lockstep has no integer kernels for
-// them yet: a model widens them to f32 when it reads them, by the exact rule of docs/ARITHMETIC.md
-// ("K-quant matrices, widened"), and computes on those floats with the f32 profile.
+// (and, for Q4_K and Q5_K, minimums) under f16 super-scales. A model of profile lockstep-int8dot-2
+// computes on them in integers, a block of 32 inputs at a time (k_quant_block, docs/ARITHMETIC.md
+// "K-quant matrices in integers"); one of lockstep-int8dot-1 widens them to f32 when it reads
+// them ("K-quant matrices, widened"), with the same values as the embedding lookup takes.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,20 @@ std::optional<KQuantType> k_quant_of(uint32_t ggml_type) noexcept;
 constexpr int64_t super_block_bytes(KQuantType type) {
   return type == KQuantType::q4_k ? 144 : type == KQuantType::q5_k ? 176 : 210;
 }
+
+// Sub-block s (inputs 32 s .. 32 s + 31, s in [0, 8)) of a super-block as the integer profile
+// takes it: 32 integers and two coefficients, exact products of the f16 super-scales (widened
+// exactly) and the small integer scales.
+// - Q4_K, Q5_K (`halves` false): q = the 4- or 5-bit value in [0, 31], c1 = d ⊗ sc[s],
+//   c2 = -(dmin ⊗ m[s]); the value is c1 ⊗ q ⊕ c2.
+// - Q6_K (`halves` true): q = the 6-bit value - 32 in [-32, 31], c1 = d ⊗ sc[2 s] for
+//   q[0..15] and c2 = d ⊗ sc[2 s + 1] for q[16..31]; the value is c ⊗ q.
+struct KQuantBlock {
+  int8_t q[32];
+  float c1 = 0.0f, c2 = 0.0f;
+  bool halves = false;
+};
+void k_quant_block(KQuantType type, const uint8_t* super_block, int s, KQuantBlock& out);
 
 // The super-block's 256 values in input order, each by the rule of docs/ARITHMETIC.md: Q4_K and
 // Q5_K  (d ⊗ sc) ⊗ q ⊖ (dmin ⊗ m), Q6_K  (d ⊗ sc) ⊗ q, in f32 (the f16 fields widened exactly).

@@ -214,7 +214,8 @@ TEST_F(ModelJsonRefusal, UnknownFormatVersionNamesBoth) {
 TEST_F(ModelJsonRefusal, UnknownProfileNamesBoth) {
   ExpectRefused([](ordered_json& j) { j["profile"] = "lockstep-f32-9"; },
                 {"written for arithmetic profile 'lockstep-f32-9', which this lockstep does not compute (it computes '" +
-                 std::string(profile_name()) + "' and '" + int8dot_profile_name() + "')"});
+                 std::string(profile_name()) + "', '" + int8dot_profile_name() + "' and " + "'" +
+                 int8dot_k_profile_name() + "')"});
   // Version 1 had one profile.
   ExpectRefused(
       [](ordered_json& j) {
@@ -225,6 +226,8 @@ TEST_F(ModelJsonRefusal, UnknownProfileNamesBoth) {
   // docs/FORMAT.md, "Profiles": the int8dot profile goes with a GGUF weights file, precision f32.
   ExpectRefused([](ordered_json& j) { j["profile"] = int8dot_profile_name(); },
                 {"profile 'lockstep-int8dot-1' does not go with weights.format 'float32'"});
+  ExpectRefused([](ordered_json& j) { j["profile"] = int8dot_k_profile_name(); },
+                {"profile 'lockstep-int8dot-2' does not go with weights.format 'float32'"});
   ExpectRefused([](ordered_json& j) { j["weights"]["format"] = "gguf"; },
                 {"profile 'lockstep-f32-1' does not go with weights.format 'gguf'"});
   ExpectRefused(
@@ -246,6 +249,7 @@ TEST_F(ModelJsonRefusal, VersionOneStillLoads) {
   EXPECT_STREQ(v2->profile(), profile_name());
   EXPECT_EQ(v1->parameters_sha256(), v2->parameters_sha256());
   EXPECT_EQ(find_profile("lockstep-int8dot-1"), int8dot_profile_name());
+  EXPECT_EQ(find_profile("lockstep-int8dot-2"), int8dot_k_profile_name());
   EXPECT_EQ(find_profile("lockstep-q8_0-1"), nullptr);
 }
 

@@ -1,8 +1,9 @@
-// The profile lockstep-int8dot-1's kernels (docs/ARITHMETIC.md, "The profile lockstep-int8dot-1"):
-// the reference's activation quantization and block layouts against hand-worked cases of the
-// text, the reference against a float64 sum of the same integers, and every target's integer
-// matmul (vector and scalar) against the reference with memcmp over odd shapes, every block type
-// and a mix of them, batches of 1 to 9 rows and the groups split among 1, 2, 3 and 7 workers.
+// The profiles lockstep-int8dot-1's and -2's kernels (docs/ARITHMETIC.md, "The profile
+// lockstep-int8dot-1", "K-quant matrices in integers"): the reference's activation quantization
+// and block layouts against hand-worked cases of the text, the reference against a float64 sum
+// of the same values, and every target's integer matmul (vector and scalar) against the
+// reference with memcmp over odd shapes, every block type (the K-quants included) and mixes of
+// them, batches of 1 to 9 rows and the groups split among 1, 2, 3 and 7 workers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +30,17 @@ namespace lockstep {
 namespace {
 
 using quant::BlockType;
-constexpr BlockType kTypes[] = {BlockType::q8_0, BlockType::q4_0, BlockType::q5_0};
+constexpr BlockType kScaledTypes[] = {BlockType::q8_0, BlockType::q4_0, BlockType::q5_0};  // one f16 a block
+constexpr BlockType kTypes[] = {BlockType::q8_0, BlockType::q4_0, BlockType::q5_0,
+                                BlockType::q4_k, BlockType::q5_k, BlockType::q6_k};
+
+// A random f16 scale: a normal value of either sign around 2^-6, now and then zero or subnormal.
+uint16_t random_scale(uint64_t r) {
+  uint16_t h = static_cast<uint16_t>(((r & 1) << 15) | ((5 + (r >> 1) % 12) << 10) | ((r >> 8) & 0x3ff));
+  if ((r >> 20) % 29 == 0) h = 0;
+  if ((r >> 20) % 31 == 1) h = static_cast<uint16_t>((r >> 30) & 0x3ff);  // subnormal
+  return h;
+}
 
 // N rows of K inputs in `type`'s blocks, every byte random but the scales: normal f16 values of
 // either sign around 2^-6, with a zero scale and an f16 subnormal now and then. Q8_0's random
@@ -38,15 +49,26 @@ std::vector<uint8_t> random_rows(BlockType type, int64_t K, int64_t N, uint64_t 
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> out(static_cast<size_t>(N * quant::block_row_bytes(type, K)));
   for (uint8_t& byte : out) byte = static_cast<uint8_t>(rng());
-  const int64_t bytes = quant::block_bytes(type);
-  for (size_t at = 0; at < out.size(); at += static_cast<size_t>(bytes)) {
-    const uint64_t r = rng();
-    uint16_t h = static_cast<uint16_t>(((r & 1) << 15) | ((5 + (r >> 1) % 12) << 10) | ((r >> 8) & 0x3ff));
-    if ((r >> 20) % 29 == 0) h = 0;
-    if ((r >> 20) % 31 == 1) h = static_cast<uint16_t>((r >> 30) & 0x3ff);  // subnormal
+  auto put = [&](size_t at) {
+    const uint16_t h = random_scale(rng());
     out[at] = static_cast<uint8_t>(h & 0xff);
     out[at + 1] = static_cast<uint8_t>(h >> 8);
+  };
+  if (quant::is_k_quant(type)) {  // super-blocks: d and dmin (Q4_K, Q5_K) or d (Q6_K, at byte 208)
+    const auto k = static_cast<quant::KQuantType>(type);
+    const size_t bytes = static_cast<size_t>(quant::super_block_bytes(k));
+    for (size_t at = 0; at < out.size(); at += bytes) {
+      if (k == quant::KQuantType::q6_k) {
+        put(at + 208);
+      } else {
+        put(at);
+        put(at + 2);
+      }
+    }
+    return out;
   }
+  const int64_t bytes = quant::block_bytes(type);
+  for (size_t at = 0; at < out.size(); at += static_cast<size_t>(bytes)) put(at);
   return out;
 }
 
@@ -173,16 +195,23 @@ TEST(BlockLayouts, ValuesFollowGgufsBitOrder) {
   quant::block_values(BlockType::q8_0, block, v);
   EXPECT_EQ(v[0], -128);
   EXPECT_EQ(v[5], 5);
-  EXPECT_EQ(quant::block_type_of(8), BlockType::q8_0);
-  EXPECT_EQ(quant::block_type_of(2), BlockType::q4_0);
-  EXPECT_EQ(quant::block_type_of(6), BlockType::q5_0);
-  EXPECT_FALSE(quant::block_type_of(12).has_value());  // Q4_K: not one of these
+  EXPECT_EQ(quant::block_type_of(8, false), BlockType::q8_0);
+  EXPECT_EQ(quant::block_type_of(2, false), BlockType::q4_0);
+  EXPECT_EQ(quant::block_type_of(6, false), BlockType::q5_0);
+  EXPECT_FALSE(quant::block_type_of(12, false).has_value());  // Q4_K: widened under lockstep-int8dot-1
+  EXPECT_EQ(quant::block_type_of(12, true), BlockType::q4_k);
+  EXPECT_EQ(quant::block_type_of(13, true), BlockType::q5_k);
+  EXPECT_EQ(quant::block_type_of(14, true), BlockType::q6_k);
+  EXPECT_FALSE(quant::block_type_of(10, true).has_value());  // Q2_K
 }
 
 // The reference's chain is sum_b dw * dx * isum rounded step by step: within a few f32 ulps of
 // the whole sum in float64 over the same integers (never far from it, never another function).
+// For the K-quants the float64 sum is over the widened values (quant::widen_super_block, checked
+// against a decoder after ggml's own in gguf_k_quants_test) times the quantized activations: the
+// integer form and the widened values are one matrix.
 TEST(BlockMatmulReference, CloseToFloat64SumOfTheSameIntegers) {
-  const int64_t M = 3, K = 256, N = 20;
+  const int64_t M = 3, K = 512, N = 20;
   for (BlockType type : kTypes) {
     const auto w = random_rows(type, K, N, 7 + static_cast<uint64_t>(type));
     const auto x = activations(M, K, 11);
@@ -195,7 +224,19 @@ TEST(BlockMatmulReference, CloseToFloat64SumOfTheSameIntegers) {
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t n = 0; n < N; ++n) {
         double sum = 0, mag = 0;
-        for (int64_t b = 0; b < K / 32; ++b) {
+        if (quant::is_k_quant(type)) {
+          const auto k = static_cast<quant::KQuantType>(type);
+          std::vector<float> row(static_cast<size_t>(K));
+          for (int64_t s = 0; s < K / 256; ++s)
+            quant::widen_super_block(k, w.data() + (n * K / 256 + s) * quant::super_block_bytes(k), row.data() + s * 256);
+          for (int64_t i = 0; i < K; ++i) {
+            const double t = double(row[static_cast<size_t>(i)]) * double(dx[static_cast<size_t>(m * K / 32 + i / 32)]) *
+                             double(qx[static_cast<size_t>(m * K + i)]);
+            sum += t;
+            mag += std::fabs(t);
+          }
+        }
+        for (int64_t b = 0; b < K / 32 && !quant::is_k_quant(type); ++b) {
           const uint8_t* block = w.data() + (n * K / 32 + b) * quant::block_bytes(type);
           quant::block_values(type, block, v);
           int64_t isum = 0;
@@ -248,6 +289,9 @@ TEST(BlockMatmul, EveryTargetEqualsReferenceOverShapesBatchesAndThreads) {
       {{BlockType::q4_0, 67}},  {{BlockType::q5_0, 17}}, {{BlockType::q5_0, 40}},
       {{BlockType::q4_0, 13}, {BlockType::q4_0, 7}, {BlockType::q4_0, 9}},   // fused, all Q4_0: nibbles kept
       {{BlockType::q4_0, 24}, {BlockType::q8_0, 5}, {BlockType::q5_0, 11}},  // a mix: widened to int8
+      {{BlockType::q4_k, 9}},   {{BlockType::q5_k, 17}}, {{BlockType::q6_k, 8}},
+      {{BlockType::q4_k, 13}, {BlockType::q4_k, 7}, {BlockType::q6_k, 9}},   // fused K-quants: each lane its form
+      {{BlockType::q6_k, 3}, {BlockType::q5_k, 1}, {BlockType::q4_k, 20}},
   };
   const auto all = simd::supported_kernels();
   ThreadPool pool(7);  // workers started once: starting threads for each case is most of the time under qemu
@@ -260,7 +304,8 @@ TEST(BlockMatmul, EveryTargetEqualsReferenceOverShapesBatchesAndThreads) {
     targets += std::string(targets.empty() ? "" : ", ") + k->name + " (" + (kernel == "scalar" ? "" : kernel + ", ") +
                "scalar)";
     for (const auto& layout : layouts) {
-      for (int64_t K : {32, 96, 160, 800}) {
+      const bool k_quants = quant::is_k_quant(layout[0].first);
+      for (int64_t K : k_quants ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 160, 800}) {
         const Case c = make_case(layout, K, seed);
         seed += 10;
         const simd::BlockMatrix w = simd::pack_blocks(c.parts.data(), static_cast<int>(c.parts.size()), K);
@@ -342,7 +387,7 @@ TEST(BlockMatmul, EachTargetRunsTheCpusIntegerDotProduct) {
 // The weights are kept as the file holds them: the packed matrix's integers and scales are the
 // blocks' own, -128 included, Q4_0's as nibbles, the scales' f16 bits.
 TEST(BlockMatmul, PackingKeepsTheFilesIntegersAndScales) {
-  for (BlockType type : kTypes) {
+  for (BlockType type : kScaledTypes) {
     const int64_t K = 64, N = 11;
     const auto rows = random_rows(type, K, N, 5);
     const simd::BlockPart part{rows.data(), type, N};
@@ -369,9 +414,88 @@ TEST(BlockMatmul, PackingKeepsTheFilesIntegersAndScales) {
   }
 }
 
-// The embedding lookup: dw * float(w), one multiply each.
+// K-quants: the packed integers are quant::k_quant_block's, the coefficients its exact products,
+// the mask all ones for Q4_K and Q5_K (minus_min) and zero for Q6_K; past N all zero.
+TEST(BlockMatmul, PackingKQuantsKeepsTheirIntegersAndCoefficients) {
+  for (BlockType type : {BlockType::q4_k, BlockType::q5_k, BlockType::q6_k}) {
+    const auto k = static_cast<quant::KQuantType>(type);
+    const int64_t K = 512, N = 11;
+    const auto rows = random_rows(type, K, N, 6);
+    const simd::BlockPart part{rows.data(), type, N};
+    const simd::BlockMatrix w = simd::pack_blocks(&part, 1, K);
+    EXPECT_TRUE(w.k_quants);
+    EXPECT_FALSE(w.nibbles);
+    EXPECT_EQ(w.data.size(), size_t{2} * 16 * (256 + 96));  // 2 groups of 16 blocks
+    quant::KQuantBlock kb;
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t g = n / simd::kBlockGroup;
+      const int j = static_cast<int>(n % simd::kBlockGroup);
+      for (int64_t b = 0; b < K / 32; ++b) {
+        if (n >= N) {
+          EXPECT_EQ(w.c1_at(g, b)[j], 0.0f);
+          EXPECT_EQ(w.c2_at(g, b)[j], 0.0f);
+          for (int i = 0; i < 32; ++i) EXPECT_EQ(w.value(g, b, j, i), 0);
+          continue;
+        }
+        quant::k_quant_block(k, rows.data() + (n * K / 256 + b / 8) * quant::super_block_bytes(k), static_cast<int>(b % 8), kb);
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.c1_at(g, b)[j]), std::bit_cast<uint32_t>(kb.c1));
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.c2_at(g, b)[j]), std::bit_cast<uint32_t>(kb.c2));
+        EXPECT_EQ(w.mask_at(g, b)[j], kb.halves ? 0 : -1);
+        for (int i = 0; i < 32; ++i)
+          EXPECT_EQ(w.value(g, b, j, i), kb.q[i]) << quant::block_type_name(type) << " n " << n << " k " << i;
+      }
+    }
+  }
+}
+
+// The integers and coefficients of a K-quant sub-block by the text, on hand-made super-blocks.
+TEST(BlockLayouts, KQuantBlocksFollowTheText) {
+  quant::KQuantBlock kb;
+  // Q4_K: d = 1, dmin = 0.5; sub-block 5's scale and minimum: low nibbles of byte 9 (scale) and
+  // high nibble (minimum), top bits from bytes 1 and 5: scale 3 | (1 << 4) = 19, min 2 | (2 << 4) = 34.
+  std::vector<uint8_t> q4(144, 0);
+  q4[0] = 0x00, q4[1] = 0x3c;  // d 1.0
+  q4[2] = 0x00, q4[3] = 0x38;  // dmin 0.5
+  q4[4 + 1] = 0x40;            // top bits of sub-block 5's scale: 01
+  q4[4 + 5] = 0x80;            // top bits of its minimum: 10
+  q4[4 + 9] = 0x23;            // scale low 3, minimum low 2
+  for (int l = 0; l < 32; ++l) q4[16 + 64 + l] = static_cast<uint8_t>((l % 16) << 4 | 7);  // sub-block 5: high nibbles
+  quant::k_quant_block(quant::KQuantType::q4_k, q4.data(), 5, kb);
+  EXPECT_FALSE(kb.halves);
+  EXPECT_EQ(kb.c1, 19.0f);
+  EXPECT_EQ(kb.c2, -17.0f);  // -(0.5 * 34)
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(kb.q[l], l % 16) << l;
+  quant::k_quant_block(quant::KQuantType::q4_k, q4.data(), 4, kb);  // the low nibbles: 7
+  EXPECT_EQ(kb.q[0], 7);
+  // Q6_K: d = 2; sub-block 3 (inputs 96-127: h 0, quarter 3) takes the high nibbles of
+  // ql[32 + l] and bits 6-7 of qh[l]; its scales are sc[6] and sc[7].
+  std::vector<uint8_t> q6(210, 0);
+  q6[208] = 0x00, q6[209] = 0x40;  // d 2.0
+  q6[192 + 6] = static_cast<uint8_t>(-3);
+  q6[192 + 7] = 5;
+  for (int l = 0; l < 32; ++l) {
+    q6[32 + l] = static_cast<uint8_t>((l % 16) << 4);
+    q6[128 + l] = static_cast<uint8_t>((l % 4) << 6);
+  }
+  quant::k_quant_block(quant::KQuantType::q6_k, q6.data(), 3, kb);
+  EXPECT_TRUE(kb.halves);
+  EXPECT_EQ(kb.c1, -6.0f);
+  EXPECT_EQ(kb.c2, 10.0f);
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(kb.q[l], ((l % 16) | ((l % 4) << 4)) - 32) << l;
+}
+
+// The embedding lookup: dw * float(w), one multiply each; a K-quant row's values as widened.
 TEST(BlockEmbedding, DequantizesWithOneMultiply) {
-  for (BlockType type : kTypes) {
+  for (BlockType type : {BlockType::q4_k, BlockType::q5_k, BlockType::q6_k}) {
+    const auto row = random_rows(type, 512, 1, 4);
+    std::vector<float> out(512), want(512);
+    ref::embed_blocks(row.data(), type, 512, out.data());
+    const auto k = static_cast<quant::KQuantType>(type);
+    for (int s = 0; s < 2; ++s)
+      quant::widen_super_block(k, row.data() + s * quant::super_block_bytes(k), want.data() + s * 256);
+    test::expect_same(out, want, quant::block_type_name(type));
+  }
+  for (BlockType type : kScaledTypes) {
     const auto row = random_rows(type, 96, 1, 3);
     std::vector<float> out(96);
     ref::embed_blocks(row.data(), type, 96, out.data());

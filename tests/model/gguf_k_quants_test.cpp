@@ -1,15 +1,19 @@
 // GGUF's K-quants (Q4_K, Q5_K, Q6_K: what llama.cpp's Q4_K_M, Q5_K_M and Q6_K files hold), which
-// lockstep widens to f32 by the rule of docs/ARITHMETIC.md ("K-quant matrices, widened"):
+// lockstep computes in integers (profile lockstep-int8dot-2, docs/ARITHMETIC.md "K-quant matrices
+// in integers") or, with --widen-k-quants, widens to f32 ("K-quant matrices, widened"):
 // - hand-made super-blocks give the values worked out by hand below, including a sub-block whose
 //   6-bit scale and minimum are split across the packed bytes and a subtraction that rounds;
 // - a model of K-quant matrices imports and loads with every tensor equal to a second decoder,
 //   written here after ggml's own loops (dequantize_row_q4_K, _q5_K, _q6_K) rather than the
 //   library's index arithmetic; alone it is an f32 model, beside Q8_0 matrices an int8dot one;
-// - its fast path equals the reference with memcmp on every target and thread count here.
+// - computed in integers, the same file is a lockstep-int8dot-2 model with the same parameters,
+//   logits within the activations' quantization of the widened model's;
+// - either way its fast path equals the reference with memcmp on every target and thread count.
 // (By hand, beside the tests: llama-quantize's Q4_K_M, Q5_K_M and Q6_K files of the l768 model
 // widen to the values gguf-py's own dequantize gives, every one bit for bit; bench/README.md.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "format/gguf_read.hpp"
 #include "format/half.hpp"
 #include "lockstep/interop.hpp"
 #include "lockstep/model.hpp"
@@ -209,7 +214,7 @@ std::string random_tensor(uint32_t type, int64_t K, int64_t N, std::mt19937_64& 
   return out;
 }
 
-KModel k_model(bool with_q8_0, uint64_t seed) {
+KModel k_model(bool with_q8_0, uint64_t seed, int64_t vocab = 7) {
   KModel m;
   m.with_q8_0 = with_q8_0;
   TestGguf& g = m.file;
@@ -229,7 +234,7 @@ KModel k_model(bool with_q8_0, uint64_t seed) {
     for (int i = 0; i < 256; ++i) put(data, 1.0f + 0.01f * static_cast<float>(i % 7));
     g.tensors.push_back({name, {256}, kF32, data});
   };
-  add("token_embd.weight", with_q8_0 ? kQ8_0 : kQ6_K, 256, 7);
+  add("token_embd.weight", with_q8_0 ? kQ8_0 : kQ6_K, 256, vocab);
   norm("blk.0.attn_norm.weight");
   add("blk.0.attn_q.weight", kQ4_K, 256, 256);
   add("blk.0.attn_k.weight", kQ4_K, 256, 128);
@@ -240,7 +245,7 @@ KModel k_model(bool with_q8_0, uint64_t seed) {
   add("blk.0.ffn_up.weight", with_q8_0 ? kQ8_0 : kQ5_K, 256, 512);
   add("blk.0.ffn_down.weight", kQ6_K, 512, 256);
   norm("output_norm.weight");
-  add("output.weight", kQ6_K, 256, 7);
+  add("output.weight", kQ6_K, 256, vocab);
   return m;
 }
 
@@ -250,7 +255,9 @@ TEST(GgufImport, WidensKQuantsToF32ByGgmlsRule) {
     const KModel m = k_model(with_q8_0, with_q8_0 ? 2 : 1);
     const std::string name = with_q8_0 ? "mixed" : "k";
     test::write_file(tmp / (name + ".gguf"), m.file.bytes());
-    const ImportGgufResult r = import_gguf(tmp / (name + ".gguf"), tmp / name);
+    ImportGgufOptions widen;
+    widen.widen_k_quants = true;
+    const ImportGgufResult r = import_gguf(tmp / (name + ".gguf"), tmp / name, widen);
     EXPECT_EQ(r.widened_k_quants, with_q8_0 ? 6 : 9) << name;
     EXPECT_EQ(r.block_matrices, with_q8_0 ? 3 : 0) << name;
     const auto model = Model::load(tmp / name);
@@ -298,28 +305,111 @@ TEST(GgufImport, WidensKQuantsToF32ByGgmlsRule) {
   }
 }
 
-// `bytes` as a GGUF file is refused with an error that says `says`, and no model directory appears.
-void expect_refused(const test::TempDir& tmp, const std::string& bytes, const std::string& says) {
-  test::write_file(tmp / "bad.gguf", bytes);
-  try {
-    import_gguf(tmp / "bad.gguf", tmp / "bad");
-    ADD_FAILURE() << "imported a file that should be refused: " << says;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+// The same files computed in integers (the default): profile lockstep-int8dot-2, every matrix in
+// blocks, the parameters (what the embedding and parameters() read) the widened model's bit for
+// bit, the logits within what quantizing the activations to 8 bits moves them from the widened
+// model's, and the fast path the reference's on every target and thread count, ragged rows too.
+TEST(GgufImport, ComputesKQuantsInIntegers) {
+  test::TempDir tmp;
+  for (const bool with_q8_0 : {false, true}) {
+    const KModel m = k_model(with_q8_0, with_q8_0 ? 2 : 1);
+    const std::string name = with_q8_0 ? "mixed" : "k";
+    test::write_file(tmp / (name + ".gguf"), m.file.bytes());
+    const ImportGgufResult r = import_gguf(tmp / (name + ".gguf"), tmp / name);
+    EXPECT_EQ(r.widened_k_quants, 0) << name;
+    EXPECT_EQ(r.block_matrices, 9) << name;
+    EXPECT_EQ(r.profile, int8dot_k_profile_name()) << name;
+    ImportGgufOptions widen;
+    widen.widen_k_quants = true;
+    import_gguf(tmp / (name + ".gguf"), tmp / (name + "-widened"), widen);
+    const auto model = Model::load(tmp / name);
+    const auto widened = Model::load(tmp / (name + "-widened"));
+    EXPECT_STREQ(model->profile(), int8dot_k_profile_name()) << name;
+    test::expect_same(std::vector<float>(model->parameters().begin(), model->parameters().end()),
+                      std::vector<float>(widened->parameters().begin(), widened->parameters().end()), name + " parameters");
+    const auto ids = test::random_ids(2 * 12, 7, 3);
+    const std::vector<int32_t> lengths = {12, 5};
+    LoadOptions ref_options;
+    ref_options.device = Device::reference;
+    const auto reference = Model::load(tmp / name, ref_options);
+    const auto want = reference->logits({ids.data(), 2, 12}, lengths, {Device::reference, std::nullopt});
+    const auto f32 = widened->logits({ids.data(), 2, 12}, lengths, {Device::cpu, 1});
+    float scale = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::fabs(f32[i]));
+      diff = std::max(diff, std::fabs(want[i] - f32[i]));
+    }
+    EXPECT_GT(diff, 0.0f) << name;  // the integer profile is another computation
+    EXPECT_LT(diff, 0.05f * scale) << name << ": the integer logits stray from the widened model's";
+    for (const std::string& target : test::targets_under_test()) {
+      LoadOptions options;
+      options.simd_target = target;
+      const auto fast = Model::load(tmp / name, options);
+      for (int threads : {1, 2, 3, 7})
+        test::expect_same(fast->logits({ids.data(), 2, 12}, lengths, {Device::cpu, threads}), want,
+                          name + " " + target + " threads " + std::to_string(threads));
+    }
   }
-  EXPECT_FALSE(std::filesystem::exists(tmp / "bad"));
 }
 
-// `lockstep import gguf` says how many K-quant tensors it widened, and what the model became.
+// export-gguf of a lockstep-int8dot-2 model writes the very K-quant blocks it computes from (a
+// byte-level model: export needs token strings, which a vocabulary of 256 bytes has), and the file
+// imports again to the same logits.
+TEST(GgufImport, ExportWritesTheSameKQuantBlocks) {
+  test::TempDir tmp;
+  const KModel m = k_model(false, 8, 256);
+  test::write_file(tmp / "k.gguf", m.file.bytes());
+  import_gguf(tmp / "k.gguf", tmp / "k");
+  export_gguf(tmp / "k", tmp / "again.gguf", GgufOptions{"f32", "again"});
+  const std::string again = test::read_file(tmp / "again.gguf");
+  const format::GgufFile f = format::parse_gguf(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(again.data()), again.size()), "again.gguf");
+  for (const TestTensor& t : m.file.tensors) {
+    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
+    ASSERT_NE(it, f.tensors.end()) << t.name;
+    EXPECT_EQ(it->type, t.type) << t.name;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
+  }
+  import_gguf(tmp / "again.gguf", tmp / "k2");
+  const auto ids = test::random_ids(24, 256, 8);
+  EXPECT_TRUE(test::same_bits(Model::load(tmp / "k")->logits({ids.data(), 1, 12}),
+                              Model::load(tmp / "k2")->logits({ids.data(), 1, 12})));
+}
+
+// `bytes` as a GGUF file is refused with an error that says `says`, and no model directory appears
+// (computing the K-quants in integers or widening them).
+void expect_refused(const test::TempDir& tmp, const std::string& bytes, const std::string& says) {
+  test::write_file(tmp / "bad.gguf", bytes);
+  for (const bool widen : {false, true}) {
+    ImportGgufOptions options;
+    options.widen_k_quants = widen;
+    try {
+      import_gguf(tmp / "bad.gguf", tmp / "bad", options);
+      ADD_FAILURE() << "imported a file that should be refused: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(tmp / "bad"));
+  }
+}
+
+// `lockstep import gguf` says what it kept in blocks and what the model became; with
+// --widen-k-quants, how many K-quant tensors it widened.
 TEST(GgufImport, TheCommandSaysWhatItWidened) {
   test::TempDir tmp;
   test::write_file(tmp / "k.gguf", k_model(false, 4).file.bytes());
   const auto r = test::run_command({LOCKSTEP_BINARY, "import", "gguf", tmp / "k.gguf", "-o", tmp / "k"});
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* want : {"(Q6_K, F32, Q4_K, Q5_K; 0 matrices kept in blocks)\n",
-                           "widened to f32: 9 K-quant tensors (lockstep has no integer kernels for Q4_K, Q5_K, Q6_K yet",
-                           "profile lockstep-f32-1, vocab 7, window 12, d_model 256, 1 layers, 2 heads (1 kv), d_ff 512"})
+  for (const char* want : {"(Q6_K, F32, Q4_K, Q5_K; 9 matrices kept in blocks)\n",
+                           "profile lockstep-int8dot-2, vocab 7, window 12, d_model 256, 1 layers, 2 heads (1 kv), d_ff 512"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  EXPECT_EQ(r.out.find("widened"), std::string::npos) << r.out;
+  const auto w = test::run_command({LOCKSTEP_BINARY, "import", "gguf", tmp / "k.gguf", "-o", tmp / "w", "--widen-k-quants"});
+  ASSERT_EQ(w.status, 0) << w.err;
+  for (const char* want : {"(Q6_K, F32, Q4_K, Q5_K; 0 matrices kept in blocks)\n",
+                           "widened to f32: 9 K-quant tensors (--widen-k-quants; 4 bytes a weight)",
+                           "profile lockstep-f32-1, vocab 7, window 12, d_model 256, 1 layers, 2 heads (1 kv), d_ff 512"})
+    EXPECT_NE(w.out.find(want), std::string::npos) << want << "\n" << w.out;
 }
 
 // Llama 3's rope_freqs in a block type (64 pairs here: two Q8_0 blocks) is refused by its type,

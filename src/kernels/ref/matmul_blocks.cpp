@@ -39,20 +39,39 @@ int32_t block_dot(const int8_t* w, const int8_t* qx) {
   return isum;
 }
 
+int32_t half_dot(const int8_t* w, const int8_t* qx) {
+  int32_t isum = 0;
+  for (int j = 0; j < kBlockValues / 2; ++j) isum += static_cast<int32_t>(w[j]) * static_cast<int32_t>(qx[j]);
+  return isum;
+}
+
+float block_chain_step(const quant::RowBlock& w, const int8_t* qx, float dx, float acc) {
+  using Form = quant::RowBlock::Form;
+  switch (w.form) {
+    case Form::scaled: return fma_f32(static_cast<float>(block_dot(w.q, qx)), w.c1 * dx, acc);
+    case Form::halves:
+      acc = fma_f32(static_cast<float>(half_dot(w.q, qx)), w.c1 * dx, acc);
+      return fma_f32(static_cast<float>(half_dot(w.q + 16, qx + 16)), w.c2 * dx, acc);
+    case Form::minus_min: {
+      int32_t xsum = 0;
+      for (int j = 0; j < kBlockValues; ++j) xsum += qx[j];
+      acc = fma_f32(static_cast<float>(block_dot(w.q, qx)), w.c1 * dx, acc);
+      return fma_f32(static_cast<float>(xsum), w.c2 * dx, acc);
+    }
+  }
+  return acc;
+}
+
 void matmul_blocks_quantized(const int8_t* qx, const float* dx, const uint8_t* w, quant::BlockType type, float* y,
                              int64_t M, int64_t K, int64_t N) {
-  const int64_t blocks = K / kBlockValues, bytes = quant::block_bytes(type);
-  int8_t values[kBlockValues];
+  const int64_t blocks = K / kBlockValues, row_bytes = quant::block_row_bytes(type, K);
+  quant::RowBlock block;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
-      const uint8_t* row = w + n * blocks * bytes;
       float acc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* block = row + b * bytes;
-        quant::block_values(type, block, values);
-        const int32_t isum = block_dot(values, qx + m * K + b * kBlockValues);
-        const float s = quant::block_scale(block) * dx[m * blocks + b];
-        acc = fma_f32(static_cast<float>(isum), s, acc);
+        quant::row_block(type, w + n * row_bytes, b, block);
+        acc = block_chain_step(block, qx + m * K + b * kBlockValues, dx[m * blocks + b], acc);
       }
       y[m * N + n] = acc;
     }
@@ -69,13 +88,10 @@ void matmul_blocks(const float* x, const uint8_t* w, quant::BlockType type, floa
 }
 
 void embed_blocks(const uint8_t* row, quant::BlockType type, int64_t d, float* out) {
-  const int64_t bytes = quant::block_bytes(type);
-  int8_t values[kBlockValues];
+  quant::RowBlock block;
   for (int64_t b = 0; b < d / kBlockValues; ++b) {
-    const uint8_t* block = row + b * bytes;
-    quant::block_values(type, block, values);
-    const float dw = quant::block_scale(block);
-    for (int j = 0; j < kBlockValues; ++j) out[b * kBlockValues + j] = dw * static_cast<float>(values[j]);
+    quant::row_block(type, row, b, block);
+    for (int j = 0; j < kBlockValues; ++j) out[b * kBlockValues + j] = block.value(j);
   }
 }
 

@@ -52,9 +52,20 @@ void MatmulBlocksScalar(const int8_t* qx, const float* dx, int64_t M, const Bloc
         float acc = 0.0f;
         for (int64_t b = 0; b < B; ++b) {
           const int8_t* x = qx + m * K + b * kBlockValues;
+          const float xs = dx[m * B + b];
+          if (w.k_quants) {  // low and high halves' sums, then the block's two steps by its form
+            int32_t low = 0, high = 0, xsum = 0;
+            for (int k = 0; k < kBlockValues / 2; ++k) low += w.value(g, b, j, k) * x[k];
+            for (int k = kBlockValues / 2; k < kBlockValues; ++k) high += w.value(g, b, j, k) * x[k];
+            for (int k = 0; k < kBlockValues; ++k) xsum += x[k];
+            const bool minus_min = w.mask_at(g, b)[j] != 0;
+            acc = ref::fma_f32(static_cast<float>(minus_min ? low + high : low), w.c1_at(g, b)[j] * xs, acc);
+            acc = ref::fma_f32(static_cast<float>(minus_min ? xsum : high), w.c2_at(g, b)[j] * xs, acc);
+            continue;
+          }
           int32_t isum = 0;
           for (int k = 0; k < kBlockValues; ++k) isum += w.value(g, b, j, k) * x[k];
-          const float s = w.scale(g, b, j) * dx[m * B + b];
+          const float s = w.scale(g, b, j) * xs;
           acc = ref::fma_f32(static_cast<float>(isum), s, acc);
         }
         y[m * ldy + g * kBlockGroup + j] = acc;
@@ -70,16 +81,16 @@ constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
 // The records of a tile's G groups, for a matrix of nibbles (Q4_0) or of int8: group gi's record
 // of block b at rec[gi] + b * kBytes, its kInts integer bytes, then its 8 f16 scales. The layout
 // known at compile time leaves the loops pointer steps (BlockMatrix's accessors, the twin's).
-template <bool kNibbles, int G>
+template <bool kNibbles, int G, bool kKQuants = false>
 struct Records {
   static constexpr int64_t kInts = kNibbles ? 128 : 256;
-  static constexpr int64_t kBytes = kInts + 2 * kBlockGroup;
+  static constexpr int64_t kBytes = kInts + (kKQuants ? 12 : 2) * kBlockGroup;
   const uint8_t* rec[G];
   Records(const BlockMatrix& w, int64_t g) {
     for (int gi = 0; gi < G; ++gi) rec[gi] = w.data.data() + (g + gi) * w.blocks * kBytes;
   }
   const uint8_t* ints(int gi, int64_t b) const { return rec[gi] + b * kBytes; }
-  const uint8_t* scales(int gi, int64_t b) const { return rec[gi] + b * kBytes + kInts; }
+  const uint8_t* scales(int gi, int64_t b) const { return rec[gi] + b * kBytes + kInts; }  // or c1, c2, mask
 };
 
 // Quad-interleaved vector v of a block's int8 integers.
@@ -134,12 +145,12 @@ struct TileShape {
 // Decoding reads each record once: ask L2 for the records kPrefetchAhead blocks on of each of the
 // tile's groups (past a group's last block that is the next group's first: still a record).
 constexpr int64_t kPrefetchAhead = 32;
-template <int R, bool kNibbles, int G>
-HWY_INLINE void PrefetchAhead(const Records<kNibbles, G>& at, int64_t b) {
+template <int R, bool kNibbles, int G, bool kKQuants>
+HWY_INLINE void PrefetchAhead(const Records<kNibbles, G, kKQuants>& at, int64_t b) {
   if constexpr (R < 4) {
     for (int gi = 0; gi < G; ++gi) {
       const char* p = reinterpret_cast<const char*>(at.ints(gi, b + kPrefetchAhead));
-      for (int64_t line = 0; line < Records<kNibbles, G>::kBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+      for (int64_t line = 0; line < Records<kNibbles, G, kKQuants>::kBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
     }
   }
 }
@@ -225,6 +236,58 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
       }
     }
     FinishBlock<R>(isum, at, b, dx + m0 * blocks + b, blocks, acc);
+  }
+  for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
+}
+
+// A matrix of K-quants (BlockMatrix::k_quants): int8 weights as GroupRows takes them (|w| and x
+// with w's sign into maddubs: Q6_K's q - 32 in [-32, 31], Q4_K's and Q5_K's q in [0, 31], pair sums
+// within 2 * 32 * 127), each output's sum of quads 0-3 (inputs 0-15) in `low` and of quads 4-7 in
+// `high`: exact integers. Then each lane's two steps by its form, chosen by the record's mask
+// (all ones: minus_min, Q4_K and Q5_K; zero: halves, Q6_K):
+//   i1 = low + (high & mask), i2 = mask ? xsum : high (the block's sum of x, per row);
+//   acc = fma(float(i1), c1 * dx, acc); acc = fma(float(i2), c2 * dx, acc).
+template <int R, int G>
+HWY_INLINE void GroupRowsK(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
+                           int64_t ldy, const int32_t* xsum) {
+  const Records<false, G, true> at(w, g);
+  const int64_t K = w.K, blocks = w.blocks;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G][R];
+  for (auto& a : acc)
+    for (__m256& v : a) v = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    PrefetchAhead<R>(at, b);
+    const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
+    __m256i half[G][R][2];
+    for (auto& a : half)
+      for (auto& r : a) r[0] = r[1] = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v) {
+      __m256i xq[R];
+      for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
+      for (int gi = 0; gi < G; ++gi) {
+        const __m256i wv = LoadQuads(at.ints(gi, b), v);
+        const __m256i aw = _mm256_abs_epi8(wv);
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
+          half[gi][r][v / 4] = _mm256_add_epi32(half[gi][r][v / 4], p);
+        }
+      }
+    }
+    const float* dxb = dx + m0 * blocks + b;  // row r's scale at dxb[r * blocks]
+    for (int gi = 0; gi < G; ++gi) {
+      const float* coef = reinterpret_cast<const float*>(at.scales(gi, b));
+      const __m256 c1 = _mm256_loadu_ps(coef), c2 = _mm256_loadu_ps(coef + kBlockGroup);
+      const __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(coef + 2 * kBlockGroup));
+      for (int r = 0; r < R; ++r) {
+        const __m256i low = half[gi][r][0], high = half[gi][r][1];
+        const __m256i i1 = _mm256_add_epi32(low, _mm256_and_si256(high, mask));
+        const __m256i i2 = _mm256_blendv_epi8(high, _mm256_set1_epi32(xsum[(m0 + r) * blocks + b]), mask);
+        const __m256 x_scale = _mm256_set1_ps(dxb[r * blocks]);
+        acc[gi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(c1, x_scale), acc[gi][r]);
+        acc[gi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(c2, x_scale), acc[gi][r]);
+      }
+    }
   }
   for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
@@ -327,23 +390,25 @@ HWY_INLINE void FlipSignBits(const int8_t* HWY_RESTRICT qx, int64_t n, int8_t* H
 template <bool kVnni>
 void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                     float* y, int64_t ldy) {
-  // Over nibbles: each row's block sums of x (integers), once per call. Both loops write through
+  // Over nibbles and K-quants: each row's block sums of x (integers), once per call. Both loops write through
   // plain restrict pointers: indexing the thread_local vectors, an int8 store may alias the
   // vector's own pointer, so GCC reloaded it (and the TLS address) a byte at a time; vectorized,
   // the l768 Q8_0 prefill's 16 items on 2 threads no longer spend 19% of their time here.
   thread_local std::vector<int32_t> xsum;
-  if (w.nibbles) {
+  if (w.nibbles || w.k_quants) {
     xsum.resize(static_cast<size_t>(M * w.blocks));
     BlockSums(qx, M * w.blocks, xsum.data());
   }
   // VNNI over int8 weights: the activations as x + 128 (flipping the sign bit), once per call.
   thread_local std::vector<int8_t> xu;
-  if (kVnni && !w.nibbles) {
+  if (kVnni && !w.nibbles && !w.k_quants) {
     xu.resize(static_cast<size_t>(M * w.K));
     FlipSignBits(qx, M * w.K, xu.data());
   }
   auto tile = [&]<int R, int G>(int64_t m, int64_t g) {
-    if constexpr (kVnni) {
+    if (w.k_quants) {  // maddubs on every x86 target (two sums a block: no VNNI kernel yet)
+      GroupRowsK<R, G>(qx, dx, m, w, g, y, ldy, xsum.data());
+    } else if constexpr (kVnni) {
       if (w.nibbles) {
         GroupRowsVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
       } else {
@@ -548,12 +613,14 @@ HWY_INLINE void GroupRowsWidening(const int8_t* qx, const float* dx, int64_t m0,
 
 void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
                       int64_t g_end, float* y, int64_t ldy) {
+  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);  // no NEON K kernel yet
   for (int64_t g = g_begin; g < g_end; ++g)
     RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsSdot<R>(qx, dx, m0, w, g, y, ldy); });
 }
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
+  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);  // no NEON K kernel yet
   for (int64_t g = g_begin; g < g_end; ++g)
     RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsWidening<R>(qx, dx, m0, w, g, y, ldy); });
 }
@@ -655,6 +722,7 @@ HWY_INLINE void TileRowsSve(const int8_t* qx, const float* dx, int64_t m0, const
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
+  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);  // no SVE K kernel yet
   const int64_t c_end = g_end * kBlockGroup, lanes = static_cast<int64_t>(svcntw());
   for (int64_t c0 = g_begin * kBlockGroup; c0 < c_end; c0 += lanes)
     RowTiles(M, [&]<int R>(int64_t m0) { TileRowsSve<R>(qx, dx, m0, w, c0, c_end, y, ldy); });
