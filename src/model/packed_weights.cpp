@@ -58,8 +58,8 @@ FusedPlan plan_fused(const float* w, const quant::Q8Matrices* q8, const quant::Q
   if (k_parts != 0 && k_parts != static_cast<std::ptrdiff_t>(plan.block_parts.size()))
     throw Error(ErrorKind::unsupported,
                 "a fused matrix ([wq | wk | wv] or [w_gate | w_up]) mixes K-quant parts (Q4_K, Q5_K, Q6_K) with Q8_0, "
-                "Q4_0 or Q5_0 ones; lockstep computes a fused matrix's blocks all of one kind (import it with "
-                "--widen-k-quants)");
+                "Q4_0 or Q5_0 ones; lockstep computes a fused matrix's blocks all of one kind (llama-quantize gives the "
+                "parts of one the same kind)");
   plan.storage = plan.q4_parts.size() == plan.parts.size()   ? simd::PanelStorage::q4
                  : plan.q8_parts.size() == plan.parts.size() ? simd::PanelStorage::q8
                  : bf16                                      ? simd::PanelStorage::bf16

@@ -5,7 +5,7 @@
 namespace lockstep::quant {
 namespace {
 
-float f16_at(const uint8_t* p) { return f32_from_f16_bits(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+uint16_t f16_bits_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
 // Q4_K's and Q5_K's 12 bytes of eight 6-bit scales and eight 6-bit minimums (ggml's
 // get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums);
@@ -46,7 +46,6 @@ void k_quant_block(KQuantType type, const uint8_t* block, int s, KQuantBlock& ou
     const uint8_t* ql = block;
     const uint8_t* qh = block + 128;
     const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
-    const float d = f16_at(block + 208);
     for (int j = 0; j < 32; ++j) {
       const int i = 32 * s + j, h = i / 128, r = i % 128, l = r % 32, quarter = r / 32;
       const uint8_t low_byte = ql[64 * h + (quarter % 2) * 32 + l];
@@ -54,28 +53,33 @@ void k_quant_block(KQuantType type, const uint8_t* block, int s, KQuantBlock& ou
       const int high = (qh[32 * h + l] >> (2 * quarter)) & 3;
       out.q[j] = static_cast<int8_t>((low | (high << 4)) - 32);  // in [-32, 31]
     }
-    out.c1 = d * static_cast<float>(sc[2 * s]);  // exact: 11 by 8 significant bits
-    out.c2 = d * static_cast<float>(sc[2 * s + 1]);
+    out.d1 = out.d2 = f16_bits_at(block + 208);
+    out.s1 = sc[2 * s];
+    out.s2 = sc[2 * s + 1];
     out.halves = true;
-    return;
+  } else {
+    // Q4_K, Q5_K: 8 sub-blocks of 32; sub-blocks 2p and 2p + 1 take the low and high nibbles of
+    // the 32 bytes qs[32 p .. 32 p + 31]; Q5_K's fifth bit of value l of sub-block s is bit s of qh[l].
+    const bool five = type == KQuantType::q5_k;
+    const uint8_t* qh = block + 16;
+    const uint8_t* qs = block + (five ? 48 : 16);
+    int sc = 0, m = 0;
+    scale_and_min(block + 4, s, sc, m);
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t byte = qs[32 * (s / 2) + l];
+      int q = s % 2 == 0 ? byte & 15 : byte >> 4;
+      if (five) q |= ((qh[l] >> s) & 1) << 4;
+      out.q[l] = static_cast<int8_t>(q);
+    }
+    out.d1 = f16_bits_at(block);
+    out.d2 = static_cast<uint16_t>(f16_bits_at(block + 2) ^ 0x8000u);  // -dmin: exact
+    out.s1 = static_cast<int8_t>(sc);
+    out.s2 = static_cast<int8_t>(m);
+    out.halves = false;
   }
-  // Q4_K, Q5_K: 8 sub-blocks of 32; sub-blocks 2p and 2p + 1 take the low and high nibbles of the
-  // 32 bytes qs[32 p .. 32 p + 31]; Q5_K's fifth bit of value l of sub-block s is bit s of qh[l].
-  const float d = f16_at(block), dmin = f16_at(block + 2);
-  const bool five = type == KQuantType::q5_k;
-  const uint8_t* qh = block + 16;
-  const uint8_t* qs = block + (five ? 48 : 16);
-  int sc = 0, m = 0;
-  scale_and_min(block + 4, s, sc, m);
-  for (int l = 0; l < 32; ++l) {
-    const uint8_t byte = qs[32 * (s / 2) + l];
-    int q = s % 2 == 0 ? byte & 15 : byte >> 4;
-    if (five) q |= ((qh[l] >> s) & 1) << 4;
-    out.q[l] = static_cast<int8_t>(q);
-  }
-  out.c1 = d * static_cast<float>(sc);      // exact: 11 by 6 significant bits
-  out.c2 = -(dmin * static_cast<float>(m));  // exact, likewise
-  out.halves = false;
+  // Exact: an f16's 11 significant bits by at most 8 (Q6_K's int8) or 6 (Q4_K's, Q5_K's scales).
+  out.c1 = f32_from_f16_bits(out.d1) * static_cast<float>(out.s1);
+  out.c2 = f32_from_f16_bits(out.d2) * static_cast<float>(out.s2);
 }
 
 void widen_super_block(KQuantType type, const uint8_t* block, float out[kSuperBlockValues]) {

@@ -29,14 +29,16 @@ constexpr int64_t super_block_bytes(KQuantType type) {
 }
 
 // Sub-block s (inputs 32 s .. 32 s + 31, s in [0, 8)) of a super-block as the integer profile
-// takes it: 32 integers and two coefficients, exact products of the f16 super-scales (widened
-// exactly) and the small integer scales.
-// - Q4_K, Q5_K (`halves` false): q = the 4- or 5-bit value in [0, 31], c1 = d ⊗ sc[s],
-//   c2 = -(dmin ⊗ m[s]); the value is c1 ⊗ q ⊕ c2.
-// - Q6_K (`halves` true): q = the 6-bit value - 32 in [-32, 31], c1 = d ⊗ sc[2 s] for
-//   q[0..15] and c2 = d ⊗ sc[2 s + 1] for q[16..31]; the value is c ⊗ q.
+// takes it: 32 integers and two coefficients c1 = f32(d1) ⊗ s1 and c2 = f32(d2) ⊗ s2, exact
+// products of an f16 super-scale (widened exactly) and a small integer scale.
+// - Q4_K, Q5_K (`halves` false): q = the 4- or 5-bit value in [0, 31]; d1 = d, s1 = sc[s],
+//   d2 = -dmin (the f16's sign flipped), s2 = m[s]: c2 = -(dmin ⊗ m[s]). The value is c1 ⊗ q ⊕ c2.
+// - Q6_K (`halves` true): q = the 6-bit value - 32 in [-32, 31]; d1 = d2 = d, s1 = sc[2 s] for
+//   q[0..15], s2 = sc[2 s + 1] for q[16..31]. The value is c ⊗ q.
 struct KQuantBlock {
   int8_t q[32];
+  uint16_t d1 = 0, d2 = 0;  // f16 bits
+  int8_t s1 = 0, s2 = 0;
   float c1 = 0.0f, c2 = 0.0f;
   bool halves = false;
 };

@@ -414,8 +414,8 @@ TEST(BlockMatmul, PackingKeepsTheFilesIntegersAndScales) {
   }
 }
 
-// K-quants: the packed integers are quant::k_quant_block's, the coefficients its exact products,
-// the mask all ones for Q4_K and Q5_K (minus_min) and zero for Q6_K; past N all zero.
+// K-quants: the packed integers are quant::k_quant_block's (Q4_K's in nibbles), the coefficients
+// its exact products, the form minus_min for Q4_K and Q5_K and halves for Q6_K; past N all zero.
 TEST(BlockMatmul, PackingKQuantsKeepsTheirIntegersAndCoefficients) {
   for (BlockType type : {BlockType::q4_k, BlockType::q5_k, BlockType::q6_k}) {
     const auto k = static_cast<quant::KQuantType>(type);
@@ -424,23 +424,24 @@ TEST(BlockMatmul, PackingKQuantsKeepsTheirIntegersAndCoefficients) {
     const simd::BlockPart part{rows.data(), type, N};
     const simd::BlockMatrix w = simd::pack_blocks(&part, 1, K);
     EXPECT_TRUE(w.k_quants);
-    EXPECT_FALSE(w.nibbles);
-    EXPECT_EQ(w.data.size(), size_t{2} * 16 * (256 + 96));  // 2 groups of 16 blocks
+    EXPECT_EQ(w.nibbles, type == BlockType::q4_k);
+    // 2 groups of 2 super-blocks: a header of 40 bytes, 8 records of integers and 16 scale bytes
+    EXPECT_EQ(w.data.size(), size_t{2} * 2 * (40 + 8 * ((w.nibbles ? 128 : 256) + 16)));
     quant::KQuantBlock kb;
     for (int64_t n = 0; n < 16; ++n) {
       const int64_t g = n / simd::kBlockGroup;
       const int j = static_cast<int>(n % simd::kBlockGroup);
       for (int64_t b = 0; b < K / 32; ++b) {
         if (n >= N) {
-          EXPECT_EQ(w.c1_at(g, b)[j], 0.0f);
-          EXPECT_EQ(w.c2_at(g, b)[j], 0.0f);
+          EXPECT_EQ(w.c1(g, b, j), 0.0f);
+          EXPECT_EQ(w.c2(g, b, j), 0.0f);
           for (int i = 0; i < 32; ++i) EXPECT_EQ(w.value(g, b, j, i), 0);
           continue;
         }
         quant::k_quant_block(k, rows.data() + (n * K / 256 + b / 8) * quant::super_block_bytes(k), static_cast<int>(b % 8), kb);
-        EXPECT_EQ(std::bit_cast<uint32_t>(w.c1_at(g, b)[j]), std::bit_cast<uint32_t>(kb.c1));
-        EXPECT_EQ(std::bit_cast<uint32_t>(w.c2_at(g, b)[j]), std::bit_cast<uint32_t>(kb.c2));
-        EXPECT_EQ(w.mask_at(g, b)[j], kb.halves ? 0 : -1);
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.c1(g, b, j)), std::bit_cast<uint32_t>(kb.c1));
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.c2(g, b, j)), std::bit_cast<uint32_t>(kb.c2));
+        EXPECT_EQ(w.minus_min(g, b, j), !kb.halves);
         for (int i = 0; i < 32; ++i)
           EXPECT_EQ(w.value(g, b, j, i), kb.q[i]) << quant::block_type_name(type) << " n " << n << " k " << i;
       }

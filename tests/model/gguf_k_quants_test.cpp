@@ -426,6 +426,28 @@ TEST(GgufImport, RefusesRopeFreqsInABlockType) {
   expect_refused(tmp, m.file.bytes(), "tensor 'rope_freqs.weight' is of type Q8_0; lockstep reads it as F32, F16 or BF16");
 }
 
+// A fused matrix mixing K-quant parts with Q8_0 ones ([w_gate | w_up] here) is refused when the
+// model loads, naming what it mixes (widened, it would mix floats and blocks: refused as well).
+TEST(GgufImport, RefusesAFusedMatrixMixingKQuantsWithOtherBlocks) {
+  test::TempDir tmp;
+  KModel m = k_model(false, 10);
+  std::mt19937_64 rng(10);
+  for (TestTensor& t : m.file.tensors)
+    if (t.name == "blk.0.ffn_up.weight") {
+      t.type = kQ8_0;
+      t.data = random_tensor(kQ8_0, 256, 512, rng);
+    }
+  test::write_file(tmp / "mix.gguf", m.file.bytes());
+  import_gguf(tmp / "mix.gguf", tmp / "mix");
+  try {
+    (void)Model::load(tmp / "mix");
+    ADD_FAILURE() << "loaded a fused matrix of K-quant and Q8_0 parts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixes K-quant parts (Q4_K, Q5_K, Q6_K) with Q8_0, Q4_0 or Q5_0 ones"),
+              std::string::npos) << e.what();
+  }
+}
+
 // A K-quant tensor whose super-scale is not finite is refused naming it and its super-block.
 TEST(GgufImport, RefusesANonFiniteKQuantScale) {
   test::TempDir tmp;

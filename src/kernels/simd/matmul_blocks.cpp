@@ -58,9 +58,9 @@ void MatmulBlocksScalar(const int8_t* qx, const float* dx, int64_t M, const Bloc
             for (int k = 0; k < kBlockValues / 2; ++k) low += w.value(g, b, j, k) * x[k];
             for (int k = kBlockValues / 2; k < kBlockValues; ++k) high += w.value(g, b, j, k) * x[k];
             for (int k = 0; k < kBlockValues; ++k) xsum += x[k];
-            const bool minus_min = w.mask_at(g, b)[j] != 0;
-            acc = ref::fma_f32(static_cast<float>(minus_min ? low + high : low), w.c1_at(g, b)[j] * xs, acc);
-            acc = ref::fma_f32(static_cast<float>(minus_min ? xsum : high), w.c2_at(g, b)[j] * xs, acc);
+            const bool minus_min = w.minus_min(g, b, j);
+            acc = ref::fma_f32(static_cast<float>(minus_min ? low + high : low), w.c1(g, b, j) * xs, acc);
+            acc = ref::fma_f32(static_cast<float>(minus_min ? xsum : high), w.c2(g, b, j) * xs, acc);
             continue;
           }
           int32_t isum = 0;
@@ -81,16 +81,16 @@ constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
 // The records of a tile's G groups, for a matrix of nibbles (Q4_0) or of int8: group gi's record
 // of block b at rec[gi] + b * kBytes, its kInts integer bytes, then its 8 f16 scales. The layout
 // known at compile time leaves the loops pointer steps (BlockMatrix's accessors, the twin's).
-template <bool kNibbles, int G, bool kKQuants = false>
+template <bool kNibbles, int G>
 struct Records {
   static constexpr int64_t kInts = kNibbles ? 128 : 256;
-  static constexpr int64_t kBytes = kInts + (kKQuants ? 12 : 2) * kBlockGroup;
+  static constexpr int64_t kBytes = kInts + 2 * kBlockGroup;
   const uint8_t* rec[G];
   Records(const BlockMatrix& w, int64_t g) {
     for (int gi = 0; gi < G; ++gi) rec[gi] = w.data.data() + (g + gi) * w.blocks * kBytes;
   }
   const uint8_t* ints(int gi, int64_t b) const { return rec[gi] + b * kBytes; }
-  const uint8_t* scales(int gi, int64_t b) const { return rec[gi] + b * kBytes + kInts; }  // or c1, c2, mask
+  const uint8_t* scales(int gi, int64_t b) const { return rec[gi] + b * kBytes + kInts; }
 };
 
 // Quad-interleaved vector v of a block's int8 integers.
@@ -145,12 +145,12 @@ struct TileShape {
 // Decoding reads each record once: ask L2 for the records kPrefetchAhead blocks on of each of the
 // tile's groups (past a group's last block that is the next group's first: still a record).
 constexpr int64_t kPrefetchAhead = 32;
-template <int R, bool kNibbles, int G, bool kKQuants>
-HWY_INLINE void PrefetchAhead(const Records<kNibbles, G, kKQuants>& at, int64_t b) {
+template <int R, bool kNibbles, int G>
+HWY_INLINE void PrefetchAhead(const Records<kNibbles, G>& at, int64_t b) {
   if constexpr (R < 4) {
     for (int gi = 0; gi < G; ++gi) {
       const char* p = reinterpret_cast<const char*>(at.ints(gi, b + kPrefetchAhead));
-      for (int64_t line = 0; line < Records<kNibbles, G, kKQuants>::kBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+      for (int64_t line = 0; line < Records<kNibbles, G>::kBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
     }
   }
 }
@@ -240,54 +240,134 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
   for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
 
-// A matrix of K-quants (BlockMatrix::k_quants): int8 weights as GroupRows takes them (|w| and x
-// with w's sign into maddubs: Q6_K's q - 32 in [-32, 31], Q4_K's and Q5_K's q in [0, 31], pair sums
-// within 2 * 32 * 127), each output's sum of quads 0-3 (inputs 0-15) in `low` and of quads 4-7 in
-// `high`: exact integers. Then each lane's two steps by its form, chosen by the record's mask
-// (all ones: minus_min, Q4_K and Q5_K; zero: halves, Q6_K):
-//   i1 = low + (high & mask), i2 = mask ? xsum : high (the block's sum of x, per row);
-//   acc = fma(float(i1), c1 * dx, acc); acc = fma(float(i2), c2 * dx, acc).
-template <int R, int G>
+// The records of a K-quant matrix's G groups (BlockMatrix::k_quants): super-records of a header
+// (d1 [8], d2 [8] f16, mask [8] int8) and 8 records of kInts integer bytes and s1 [8], s2 [8] int8.
+template <bool kNibbles, int G>
+struct KRecords {
+  static constexpr int64_t kInts = kNibbles ? 128 : 256;
+  static constexpr int64_t kRecord = kInts + 2 * kBlockGroup;
+  static constexpr int64_t kSuper = BlockMatrix::kKHeaderBytes + 8 * kRecord;
+  const uint8_t* rec[G];
+  KRecords(const BlockMatrix& w, int64_t g) {
+    for (int gi = 0; gi < G; ++gi) rec[gi] = w.data.data() + (g + gi) * (w.blocks / 8) * kSuper;
+  }
+  const uint8_t* header(int gi, int64_t b) const { return rec[gi] + (b >> 3) * kSuper; }
+  const uint8_t* ints(int gi, int64_t b) const { return header(gi, b) + BlockMatrix::kKHeaderBytes + (b & 7) * kRecord; }
+  const uint8_t* scales(int gi, int64_t b) const { return ints(gi, b) + kInts; }
+};
+
+// The 8 lanes' coefficients f32(d) ⊗ float(s), from 8 f16 (exact) and 8 int8 (exact): exact.
+HWY_INLINE __m256 KCoefficients(__m256 d, const uint8_t* s) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+  return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+}
+
+// Decoding reads each K-quant record once: ask L2 for the records kPrefetchAhead blocks on (and
+// their super-block's header where one starts).
+template <int R, bool kNibbles, int G>
+HWY_INLINE void PrefetchAheadK(const KRecords<kNibbles, G>& at, int64_t b, int64_t blocks) {
+  if constexpr (R < 4) {
+    for (int gi = 0; gi < G; ++gi) {
+      const char* p = reinterpret_cast<const char*>(at.ints(gi, std::min(b + kPrefetchAhead, blocks - 1)));
+      for (int64_t line = 0; line < KRecords<kNibbles, G>::kRecord; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+      if (((b + kPrefetchAhead) & 7) == 0) _mm_prefetch(p - BlockMatrix::kKHeaderBytes, _MM_HINT_T1);
+    }
+  }
+}
+
+// The super-scales and forms of each group's super-block, where block b starts one.
+template <bool kNibbles, int G>
+HWY_INLINE void LoadKHeaders(const KRecords<kNibbles, G>& at, int64_t b, __m256 (&d1)[G], __m256 (&d2)[G],
+                             __m256i (&mask)[G]) {
+  if ((b & 7) != 0) return;
+  for (int gi = 0; gi < G; ++gi) {
+    const uint8_t* h = at.header(gi, b);
+    d1[gi] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));  // exact
+    d2[gi] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 2 * kBlockGroup)));
+    mask[gi] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + 4 * kBlockGroup)));
+  }
+}
+
+// Block b's two steps for rows [m0, m0 + R) of each group, from the exact half sums `half`:
+// i1 = low + (high & mask), i2 = mask ? xsum : high (the block's sum of x, per row);
+// c1 = f32(d1) ⊗ s1 and c2 = f32(d2) ⊗ s2 (exact);
+// acc = fma(float(i1), c1 * dx, acc); acc = fma(float(i2), c2 * dx, acc).
+template <int R, bool kNibbles, int G>
+HWY_INLINE void KChainSteps(const __m256i (&half)[G][R][2], const KRecords<kNibbles, G>& at, int64_t b,
+                            const __m256 (&d1)[G], const __m256 (&d2)[G], const __m256i (&mask)[G], const float* dxb,
+                            const int32_t* xsum, int64_t blocks, __m256 (&acc)[G][R]) {
+  for (int gi = 0; gi < G; ++gi) {
+    const uint8_t* s = at.scales(gi, b);
+    const __m256 c1 = KCoefficients(d1[gi], s), c2 = KCoefficients(d2[gi], s + kBlockGroup);
+    for (int r = 0; r < R; ++r) {
+      const __m256i lo = half[gi][r][0], hi = half[gi][r][1];
+      const __m256i i1 = _mm256_add_epi32(lo, _mm256_and_si256(hi, mask[gi]));
+      const __m256i i2 = _mm256_blendv_epi8(hi, _mm256_set1_epi32(xsum[r * blocks]), mask[gi]);
+      const __m256 x_scale = _mm256_set1_ps(dxb[r * blocks]);
+      acc[gi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(c1, x_scale), acc[gi][r]);
+      acc[gi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(c2, x_scale), acc[gi][r]);
+    }
+  }
+}
+
+// A matrix of K-quants: each output's sum of quads 0-3 (inputs 0-15) in `low` and of quads 4-7 in
+// `high`, exact integers, then KChainSteps:
+// - int8 weights (Q6_K's q - 32 in [-32, 31], Q5_K's q in [0, 31], a mix) as GroupRows takes
+//   them: maddubs(|w|, x with w's sign), pair sums within 2 * 32 * 127, madd with ones;
+// - Q4_K's nibbles (q in [0, 15], no offset) into maddubs as they are against x: pair sums within
+//   2 * 15 * 127, two chunks' (four quads') pair sums added in int16 (at most 15240), one madd.
+template <int R, int G, bool kNibbles>
 HWY_INLINE void GroupRowsK(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g, float* y,
                            int64_t ldy, const int32_t* xsum) {
-  const Records<false, G, true> at(w, g);
+  const KRecords<kNibbles, G> at(w, g);
   const int64_t K = w.K, blocks = w.blocks;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[G][R];
   for (auto& a : acc)
     for (__m256& v : a) v = _mm256_setzero_ps();
+  __m256 d1[G], d2[G];
+  __m256i mask[G];
   for (int64_t b = 0; b < blocks; ++b) {
-    PrefetchAhead<R>(at, b);
+    PrefetchAheadK<R>(at, b, blocks);
+    LoadKHeaders(at, b, d1, d2, mask);
     const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
     __m256i half[G][R][2];
     for (auto& a : half)
       for (auto& r : a) r[0] = r[1] = _mm256_setzero_si256();
-    for (int v = 0; v < 8; ++v) {
-      __m256i xq[R];
-      for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
-      for (int gi = 0; gi < G; ++gi) {
-        const __m256i wv = LoadQuads(at.ints(gi, b), v);
-        const __m256i aw = _mm256_abs_epi8(wv);
+    if constexpr (kNibbles) {
+      const __m256i low = _mm256_set1_epi8(15);
+      for (int c = 0; c < 4; ++c) {  // chunk c: quads 2c (low nibbles) and 2c + 1 (high)
+        __m256i even_x[R], odd_x[R];
         for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
-          half[gi][r][v / 4] = _mm256_add_epi32(half[gi][r][v / 4], p);
+          even_x[r] = Quad(qb + r * K, 2 * c);
+          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
+        }
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
+          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          for (int r = 0; r < R; ++r) {
+            const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, even_x[r]), _mm256_maddubs_epi16(odd, odd_x[r]));
+            half[gi][r][c / 2] = _mm256_add_epi16(half[gi][r][c / 2], pairs);
+          }
+        }
+      }
+      for (auto& a : half)
+        for (auto& r : a) r[0] = _mm256_madd_epi16(r[0], ones), r[1] = _mm256_madd_epi16(r[1], ones);
+    } else {
+      for (int v = 0; v < 8; ++v) {
+        __m256i xq[R];
+        for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i wv = LoadQuads(at.ints(gi, b), v);
+          const __m256i aw = _mm256_abs_epi8(wv);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wv)), ones);
+            half[gi][r][v / 4] = _mm256_add_epi32(half[gi][r][v / 4], p);
+          }
         }
       }
     }
-    const float* dxb = dx + m0 * blocks + b;  // row r's scale at dxb[r * blocks]
-    for (int gi = 0; gi < G; ++gi) {
-      const float* coef = reinterpret_cast<const float*>(at.scales(gi, b));
-      const __m256 c1 = _mm256_loadu_ps(coef), c2 = _mm256_loadu_ps(coef + kBlockGroup);
-      const __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(coef + 2 * kBlockGroup));
-      for (int r = 0; r < R; ++r) {
-        const __m256i low = half[gi][r][0], high = half[gi][r][1];
-        const __m256i i1 = _mm256_add_epi32(low, _mm256_and_si256(high, mask));
-        const __m256i i2 = _mm256_blendv_epi8(high, _mm256_set1_epi32(xsum[(m0 + r) * blocks + b]), mask);
-        const __m256 x_scale = _mm256_set1_ps(dxb[r * blocks]);
-        acc[gi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(c1, x_scale), acc[gi][r]);
-        acc[gi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(c2, x_scale), acc[gi][r]);
-      }
-    }
+    KChainSteps<R>(half, at, b, d1, d2, mask, dx + m0 * blocks + b, xsum + m0 * blocks + b, blocks, acc);
   }
   for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
@@ -365,11 +445,78 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
   }
   for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
 }
+
+// K-quants with vpdpbusd: Q4_K's unsigned nibbles against x as they are; int8 weights against
+// x + 128 (from `xu`), less 128 times each half's sum of w (vpdpbusd with ones). The same exact
+// half sums as GroupRowsK, then the same steps.
+template <int R, int G, bool kNibbles>
+__attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsKVnni(const int8_t* qx, const float* dx,
+                                                                           int64_t m0, const BlockMatrix& w, int64_t g,
+                                                                           float* y, int64_t ldy, const int32_t* xsum,
+                                                                           const int8_t* xu) {
+  const KRecords<kNibbles, G> at(w, g);
+  const int64_t K = w.K, blocks = w.blocks;
+  __m256 acc[G][R];
+  for (auto& a : acc)
+    for (__m256& v : a) v = _mm256_setzero_ps();
+  __m256 d1[G], d2[G];
+  __m256i mask[G];
+  for (int64_t b = 0; b < blocks; ++b) {
+    PrefetchAheadK<R>(at, b, blocks);
+    LoadKHeaders(at, b, d1, d2, mask);
+    __m256i half[G][R][2];
+    for (auto& a : half)
+      for (auto& r : a) r[0] = r[1] = _mm256_setzero_si256();
+    if constexpr (kNibbles) {
+      const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
+      const __m256i low = _mm256_set1_epi8(15);
+      for (int c = 0; c < 4; ++c) {
+        __m256i even_x[R], odd_x[R];
+        for (int r = 0; r < R; ++r) {
+          even_x[r] = Quad(qb + r * K, 2 * c);
+          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
+        }
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
+          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          for (int r = 0; r < R; ++r) {
+            half[gi][r][c / 2] = _mm256_dpbusd_epi32(half[gi][r][c / 2], even, even_x[r]);
+            half[gi][r][c / 2] = _mm256_dpbusd_epi32(half[gi][r][c / 2], odd, odd_x[r]);
+          }
+        }
+      }
+    } else {
+      const int8_t* ub = xu + m0 * K + b * kBlockValues;  // row r's x + 128 at ub + r * K
+      const __m256i ones = _mm256_set1_epi8(1);
+      __m256i wsum[G][2];
+      for (auto& a : wsum) a[0] = a[1] = _mm256_setzero_si256();
+      for (int v = 0; v < 8; ++v) {
+        __m256i xq[R];
+        for (int r = 0; r < R; ++r) xq[r] = Quad(ub + r * K, v);
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256i wv = LoadQuads(at.ints(gi, b), v);
+          wsum[gi][v / 4] = _mm256_dpbusd_epi32(wsum[gi][v / 4], ones, wv);
+          for (int r = 0; r < R; ++r) half[gi][r][v / 4] = _mm256_dpbusd_epi32(half[gi][r][v / 4], xq[r], wv);
+        }
+      }
+      for (int gi = 0; gi < G; ++gi)
+        for (int h = 0; h < 2; ++h) {
+          const __m256i ws = _mm256_slli_epi32(wsum[gi][h], 7);
+          for (int r = 0; r < R; ++r) half[gi][r][h] = _mm256_sub_epi32(half[gi][r][h], ws);
+        }
+    }
+    KChainSteps<R>(half, at, b, d1, d2, mask, dx + m0 * blocks + b, xsum + m0 * blocks + b, blocks, acc);
+  }
+  for (int gi = 0; gi < G; ++gi) StoreRows<R>(acc[gi], w, g + gi, m0, y, ldy);
+}
 #else
 constexpr bool kHasVnni = false;
 template <int R, int G, bool kNibbles>
 void GroupRowsVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*,
                    const int8_t*) {}
+template <int R, int G, bool kNibbles>
+void GroupRowsKVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, int64_t, float*, int64_t, const int32_t*,
+                    const int8_t*) {}
 #endif
 
 // sums[i] = the sum of the 32 values of block i of qx, for blocks [0, n).
@@ -401,13 +548,23 @@ void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMat
   }
   // VNNI over int8 weights: the activations as x + 128 (flipping the sign bit), once per call.
   thread_local std::vector<int8_t> xu;
-  if (kVnni && !w.nibbles && !w.k_quants) {
+  if (kVnni && !w.nibbles) {
     xu.resize(static_cast<size_t>(M * w.K));
     FlipSignBits(qx, M * w.K, xu.data());
   }
   auto tile = [&]<int R, int G>(int64_t m, int64_t g) {
-    if (w.k_quants) {  // maddubs on every x86 target (two sums a block: no VNNI kernel yet)
-      GroupRowsK<R, G>(qx, dx, m, w, g, y, ldy, xsum.data());
+    if (w.k_quants) {
+      if constexpr (kVnni) {
+        if (w.nibbles) {
+          GroupRowsKVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+        } else {
+          GroupRowsKVnni<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+        }
+      } else if (w.nibbles) {
+        GroupRowsK<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data());
+      } else {
+        GroupRowsK<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data());
+      }
     } else if constexpr (kVnni) {
       if (w.nibbles) {
         GroupRowsVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
