@@ -325,8 +325,8 @@ HWY_INLINE void GroupRowsK(const int8_t* qx, const float* dx, int64_t m0, const 
   __m256 acc[G][R];
   for (auto& a : acc)
     for (__m256& v : a) v = _mm256_setzero_ps();
-  __m256 d1[G], d2[G];
-  __m256i mask[G];
+  __m256 d1[G] = {}, d2[G] = {};  // set at b = 0 (LoadKHeaders)
+  __m256i mask[G] = {};
   for (int64_t b = 0; b < blocks; ++b) {
     PrefetchAheadK<R>(at, b, blocks);
     LoadKHeaders(at, b, d1, d2, mask);
@@ -459,8 +459,8 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsKVnni(const 
   __m256 acc[G][R];
   for (auto& a : acc)
     for (__m256& v : a) v = _mm256_setzero_ps();
-  __m256 d1[G], d2[G];
-  __m256i mask[G];
+  __m256 d1[G] = {}, d2[G] = {};  // set at b = 0 (LoadKHeaders)
+  __m256i mask[G] = {};
   for (int64_t b = 0; b < blocks; ++b) {
     PrefetchAheadK<R>(at, b, blocks);
     LoadKHeaders(at, b, d1, d2, mask);
@@ -640,7 +640,7 @@ HWY_INLINE void RowTiles(int64_t M, const Tile& tile) {
 // Both give every isum exactly; the f32 chain is the reference's, with vfmaq_f32 (fused).
 
 // Quad-interleaved vector v of block (g, b) as signed int8, in halves: stored, or the nibbles of
-// chunk v / 2 (low for even v, high for odd) less 8.
+// chunk v / 2 (low for even v, high for odd), less 8 for Q4_0 (Q4_K's as they are).
 HWY_INLINE void LoadQuadsNeon(const BlockMatrix& w, const uint8_t* block, int v, int8x16_t* half) {
   for (int h = 0; h < 2; ++h) {
     if (!w.nibbles) {
@@ -649,7 +649,7 @@ HWY_INLINE void LoadQuadsNeon(const BlockMatrix& w, const uint8_t* block, int v,
     }
     const uint8x16_t chunk = vld1q_u8(block + (v / 2) * 32 + h * 16);
     const uint8x16_t nibbles = v % 2 == 0 ? vandq_u8(chunk, vdupq_n_u8(15)) : vshrq_n_u8(chunk, 4);
-    half[h] = vsubq_s8(vreinterpretq_s8_u8(nibbles), vdupq_n_s8(8));
+    half[h] = vsubq_s8(vreinterpretq_s8_u8(nibbles), vdupq_n_s8(w.k_quants ? 0 : 8));
   }
 }
 
@@ -736,6 +736,69 @@ LOCKSTEP_DOTPROD inline void GroupRowsSdot(const int8_t* qx, const float* dx, in
   }
   StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
 }
+// K-quants (BlockMatrix::k_quants) with sdot: each output's sums of inputs 0-15 and 16-31 apart
+// (int32, exact), then per lane i1 = low + (high & mask), i2 = mask ? xsum : high, and the two
+// fused steps with c1 = f32(d1) * s1, c2 = f32(d2) * s2 (exact), as MatmulBlocksScalar.
+template <int R>
+LOCKSTEP_DOTPROD inline void GroupRowsKSdot(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w,
+                                            int64_t g, float* y, int64_t ldy, const int32_t* xsum) {
+  float32x4_t acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+  float32x4_t d1[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}, d2[2] = {d1[0], d1[0]};  // set at b = 0
+  uint32x4_t mask[2] = {vdupq_n_u32(0), vdupq_n_u32(0)};
+  auto widen_f16 = [](const uint8_t* p, float32x4_t* out) {  // 8 little-endian f16, exact
+    const uint16x8_t bits = vreinterpretq_u16_u8(vld1q_u8(p));
+    out[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(bits)));
+    out[1] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(bits)));
+  };
+  auto widen_s8 = [](const uint8_t* p, int32x4_t* out) {  // 8 int8, exact
+    const int16x8_t v = vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(p)));
+    out[0] = vmovl_s16(vget_low_s16(v));
+    out[1] = vmovl_s16(vget_high_s16(v));
+  };
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    if (b % 8 == 0) {
+      const uint8_t* h = w.k_header(g, b);
+      widen_f16(h, d1);
+      widen_f16(h + 2 * kBlockGroup, d2);
+      int32x4_t m[2];
+      widen_s8(h + 4 * kBlockGroup, m);
+      mask[0] = vreinterpretq_u32_s32(m[0]);
+      mask[1] = vreinterpretq_u32_s32(m[1]);
+    }
+    const uint8_t* block = w.block(g, b);
+    int32x4_t half[R][2][2];  // [row][inputs 0-15, 16-31][outputs 0-3, 4-7]
+    int8x16_t x[R][2];
+    for (int r = 0; r < R; ++r) {
+      half[r][0][0] = half[r][0][1] = half[r][1][0] = half[r][1][1] = vdupq_n_s32(0);
+      for (int h = 0; h < 2; ++h) x[r][h] = vld1q_s8(qx + (m0 + r) * w.K + b * kBlockValues + h * 16);
+    }
+    for (int v = 0; v < 8; ++v) {
+      int8x16_t wv[2];
+      LoadQuadsNeon(w, block, v, wv);
+      for (int r = 0; r < R; ++r) {
+        half[r][v / 4][0] = DotLane(half[r][v / 4][0], wv[0], x[r][v / 4], v % 4);
+        half[r][v / 4][1] = DotLane(half[r][v / 4][1], wv[1], x[r][v / 4], v % 4);
+      }
+    }
+    int32x4_t s1[2], s2[2];
+    widen_s8(block + w.int_bytes(), s1);
+    widen_s8(block + w.int_bytes() + kBlockGroup, s2);
+    for (int r = 0; r < R; ++r) {
+      const float32x4_t x_scale = vdupq_n_f32(dx[(m0 + r) * w.blocks + b]);
+      const int32x4_t x_sum = vdupq_n_s32(xsum[(m0 + r) * w.blocks + b]);
+      for (int h = 0; h < 2; ++h) {
+        const float32x4_t c1 = vmulq_f32(d1[h], vcvtq_f32_s32(s1[h])), c2 = vmulq_f32(d2[h], vcvtq_f32_s32(s2[h]));
+        const int32x4_t lo = half[r][0][h], hi = half[r][1][h];
+        const int32x4_t i1 = vaddq_s32(lo, vandq_s32(hi, vreinterpretq_s32_u32(mask[h])));
+        const int32x4_t i2 = vbslq_s32(mask[h], x_sum, hi);
+        acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(i1), vmulq_f32(c1, x_scale));
+        acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(i2), vmulq_f32(c2, x_scale));
+      }
+    }
+  }
+  StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
+}
 #undef LOCKSTEP_DOTPROD
 
 // Rows [m0, m0 + R) of group g with widening multiplies (Armv8.0).
@@ -770,14 +833,26 @@ HWY_INLINE void GroupRowsWidening(const int8_t* qx, const float* dx, int64_t m0,
 
 void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
                       int64_t g_end, float* y, int64_t ldy) {
-  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);  // no NEON K kernel yet
+  if (w.k_quants) {  // each row's block sums of x (integers), once per call
+    thread_local std::vector<int32_t> xsum;
+    xsum.resize(static_cast<size_t>(M * w.blocks));
+    for (int64_t i = 0; i < M * w.blocks; ++i) {
+      int32_t sum = 0;
+      for (int j = 0; j < kBlockValues; ++j) sum += qx[i * kBlockValues + j];
+      xsum[static_cast<size_t>(i)] = sum;
+    }
+    for (int64_t g = g_begin; g < g_end; ++g)
+      RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKSdot<R>(qx, dx, m0, w, g, y, ldy, xsum.data()); });
+    return;
+  }
   for (int64_t g = g_begin; g < g_end; ++g)
     RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsSdot<R>(qx, dx, m0, w, g, y, ldy); });
 }
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
-  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);  // no NEON K kernel yet
+  // K-quants without the dot product (Armv8.0 cores): the scalar loops, the same integers and steps.
+  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);
   for (int64_t g = g_begin; g < g_end; ++g)
     RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsWidening<R>(qx, dx, m0, w, g, y, ldy); });
 }
