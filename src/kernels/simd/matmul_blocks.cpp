@@ -74,6 +74,15 @@ void MatmulBlocksScalar(const int8_t* qx, const float* dx, int64_t M, const Bloc
   }
 }
 
+// sums[i] = the sum of the 32 values of block i of qx, for blocks [0, n).
+HWY_INLINE void BlockSums(const int8_t* HWY_RESTRICT qx, int64_t n, int32_t* HWY_RESTRICT sums) {
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t sum = 0;
+    for (int j = 0; j < kBlockValues; ++j) sum += qx[i * kBlockValues + j];
+    sums[i] = sum;
+  }
+}
+
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
@@ -519,15 +528,6 @@ void GroupRowsKVnni(const int8_t*, const float*, int64_t, const BlockMatrix&, in
                     const int8_t*) {}
 #endif
 
-// sums[i] = the sum of the 32 values of block i of qx, for blocks [0, n).
-HWY_INLINE void BlockSums(const int8_t* HWY_RESTRICT qx, int64_t n, int32_t* HWY_RESTRICT sums) {
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t sum = 0;
-    for (int j = 0; j < kBlockValues; ++j) sum += qx[i * kBlockValues + j];
-    sums[i] = sum;
-  }
-}
-
 // out[i] = qx[i] + 128 as a byte (the sign bit flipped), for [0, n).
 HWY_INLINE void FlipSignBits(const int8_t* HWY_RESTRICT qx, int64_t n, int8_t* HWY_RESTRICT out) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int8_t>(qx[i] ^ -128);
@@ -836,11 +836,7 @@ void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockM
   if (w.k_quants) {  // each row's block sums of x (integers), once per call
     thread_local std::vector<int32_t> xsum;
     xsum.resize(static_cast<size_t>(M * w.blocks));
-    for (int64_t i = 0; i < M * w.blocks; ++i) {
-      int32_t sum = 0;
-      for (int j = 0; j < kBlockValues; ++j) sum += qx[i * kBlockValues + j];
-      xsum[static_cast<size_t>(i)] = sum;
-    }
+    BlockSums(qx, M * w.blocks, xsum.data());
     for (int64_t g = g_begin; g < g_end; ++g)
       RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKSdot<R>(qx, dx, m0, w, g, y, ldy, xsum.data()); });
     return;
@@ -879,7 +875,7 @@ HWY_INLINE svint8_t LoadQuadsSve(const BlockMatrix& w, const uint8_t* at, int v,
   if (!w.nibbles) return svreinterpret_s8_u8(bytes);
   const svbool_t all = svptrue_b8();
   bytes = v % 2 == 0 ? svand_n_u8_x(all, bytes, 15) : svlsr_n_u8_x(all, bytes, 4);
-  return svsub_n_s8_x(all, svreinterpret_s8_u8(bytes), 8);
+  return svsub_n_s8_x(all, svreinterpret_s8_u8(bytes), w.k_quants ? 0 : 8);  // Q4_K's nibbles as they are
 }
 
 // isum + each lane's four products of its weight quad with activation quad v of block b of row m:
@@ -952,10 +948,95 @@ HWY_INLINE void TileRowsSve(const int8_t* qx, const float* dx, int64_t m0, const
   if constexpr (R > 3) svst1_f32(stored, out + 3 * ldy, acc3);
 }
 
+// K-quants (BlockMatrix::k_quants): rows [m0, m0 + R) of the tile of columns starting at c0, as
+// TileRowsSve with each output's sums of inputs 0-15 (`lo`) and 16-31 (`hi`) apart, then per lane
+// i1 = lo + (hi & mask), i2 = mask ? xsum : hi, and the two fused steps with c1 = f32(d1) * s1 and
+// c2 = f32(d2) * s2 (exact): MatmulBlocksScalar's integers and steps. A lane's header entries (d1,
+// d2 f16, mask int8) and scales (s1, s2 int8) are its group's, loaded or gathered as its quads.
+template <int R>
+HWY_INLINE void TileRowsKSve(const int8_t* qx, const float* dx, const int32_t* xsum, int64_t m0, const BlockMatrix& w,
+                             int64_t c0, int64_t c_end, float* y, int64_t ldy) {
+  const int64_t g0 = c0 / kBlockGroup, j0 = c0 % kBlockGroup;
+  const int64_t lanes = static_cast<int64_t>(svcntw());
+  const bool contiguous = lanes <= kBlockGroup && kBlockGroup % lanes == 0;
+  const svbool_t all = svptrue_b32();
+  const svbool_t live = svwhilelt_b32_s64(c0, c_end);
+  const svbool_t stored = svwhilelt_b32_s64(c0, std::min<int64_t>(c_end, w.N));
+  const svuint32_t lane = svindex_u32(static_cast<uint32_t>(j0), 1);
+  const svuint32_t group_offset =  // a block's record in group g0 + i to the same block's in g0
+      svmul_n_u32_x(all, svlsr_n_u32_x(all, lane, 3), static_cast<uint32_t>(w.blocks / 8 * w.super_record_bytes()));
+  const svuint32_t output = svand_n_u32_x(all, lane, 7);
+  const svuint32_t word_at = svadd_u32_x(all, group_offset, svlsl_n_u32_x(all, output, 2));
+  const svuint32_t byte_at = svadd_u32_x(all, group_offset, output);
+  const svuint32_t half_at = svadd_u32_x(all, group_offset, svlsl_n_u32_x(all, output, 1));
+  auto f16s = [&](const uint8_t* p) {  // 8 f16 of each lane's group, widened exactly
+    const svuint32_t bits = contiguous ? svld1uh_u32(live, reinterpret_cast<const uint16_t*>(p) + j0)
+                                       : svld1uh_gather_u32offset_u32(live, reinterpret_cast<const uint16_t*>(p), half_at);
+    return svcvt_f32_f16_x(live, svreinterpret_f16_u32(bits));
+  };
+  auto int8s = [&](const uint8_t* p) {  // 8 int8 of each lane's group, widened exactly
+    return contiguous ? svld1sb_s32(live, reinterpret_cast<const int8_t*>(p) + j0)
+                      : svld1sb_gather_u32offset_s32(live, reinterpret_cast<const int8_t*>(p), byte_at);
+  };
+  const svfloat32_t zero = svdup_n_f32(0.0f);
+  svfloat32_t acc0 = zero, acc1 = zero, acc2 = zero, acc3 = zero, d1 = zero, d2 = zero;
+  svbool_t minus_min = svpfalse_b();
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    if (b % 8 == 0) {
+      const uint8_t* h = w.k_header(g0, b);
+      d1 = f16s(h);
+      d2 = f16s(h + 2 * kBlockGroup);
+      minus_min = svcmpne_n_s32(live, int8s(h + 4 * kBlockGroup), 0);
+    }
+    const uint8_t* at = w.block(g0, b);
+    const svint32_t none = svdup_n_s32(0);
+    svint32_t lo0 = none, lo1 = none, lo2 = none, lo3 = none, hi0 = none, hi1 = none, hi2 = none, hi3 = none;
+    for (int v = 0; v < 4; ++v) {
+      const svint8_t wv = LoadQuadsSve(w, at, v, live, contiguous, j0, word_at);
+      lo0 = DotQuad(lo0, wv, qx, w.K, m0, b, v);
+      if constexpr (R > 1) lo1 = DotQuad(lo1, wv, qx, w.K, m0 + 1, b, v);
+      if constexpr (R > 2) lo2 = DotQuad(lo2, wv, qx, w.K, m0 + 2, b, v);
+      if constexpr (R > 3) lo3 = DotQuad(lo3, wv, qx, w.K, m0 + 3, b, v);
+    }
+    for (int v = 4; v < 8; ++v) {
+      const svint8_t wv = LoadQuadsSve(w, at, v, live, contiguous, j0, word_at);
+      hi0 = DotQuad(hi0, wv, qx, w.K, m0, b, v);
+      if constexpr (R > 1) hi1 = DotQuad(hi1, wv, qx, w.K, m0 + 1, b, v);
+      if constexpr (R > 2) hi2 = DotQuad(hi2, wv, qx, w.K, m0 + 2, b, v);
+      if constexpr (R > 3) hi3 = DotQuad(hi3, wv, qx, w.K, m0 + 3, b, v);
+    }
+    const svfloat32_t c1 = svmul_f32_x(live, d1, svcvt_f32_s32_x(live, int8s(at + w.int_bytes())));
+    const svfloat32_t c2 = svmul_f32_x(live, d2, svcvt_f32_s32_x(live, int8s(at + w.int_bytes() + kBlockGroup)));
+    auto steps = [&](svfloat32_t acc, svint32_t lo, svint32_t hi, int r) {
+      const int64_t i = (m0 + r) * w.blocks + b;
+      const svint32_t i1 = svadd_s32_x(live, lo, svsel_s32(minus_min, hi, none));
+      const svint32_t i2 = svsel_s32(minus_min, svdup_n_s32(xsum[i]), hi);
+      acc = svmla_f32_x(live, acc, svcvt_f32_s32_x(live, i1), svmul_n_f32_x(live, c1, dx[i]));
+      return svmla_f32_x(live, acc, svcvt_f32_s32_x(live, i2), svmul_n_f32_x(live, c2, dx[i]));
+    };
+    acc0 = steps(acc0, lo0, hi0, 0);
+    if constexpr (R > 1) acc1 = steps(acc1, lo1, hi1, 1);
+    if constexpr (R > 2) acc2 = steps(acc2, lo2, hi2, 2);
+    if constexpr (R > 3) acc3 = steps(acc3, lo3, hi3, 3);
+  }
+  float* out = y + m0 * ldy + c0;
+  svst1_f32(stored, out, acc0);
+  if constexpr (R > 1) svst1_f32(stored, out + ldy, acc1);
+  if constexpr (R > 2) svst1_f32(stored, out + 2 * ldy, acc2);
+  if constexpr (R > 3) svst1_f32(stored, out + 3 * ldy, acc3);
+}
+
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
-  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);  // no SVE K kernel yet
   const int64_t c_end = g_end * kBlockGroup, lanes = static_cast<int64_t>(svcntw());
+  if (w.k_quants) {  // each row's block sums of x (integers), once per call
+    thread_local std::vector<int32_t> xsum;
+    xsum.resize(static_cast<size_t>(M * w.blocks));
+    BlockSums(qx, M * w.blocks, xsum.data());
+    for (int64_t c0 = g_begin * kBlockGroup; c0 < c_end; c0 += lanes)
+      RowTiles(M, [&]<int R>(int64_t m0) { TileRowsKSve<R>(qx, dx, xsum.data(), m0, w, c0, c_end, y, ldy); });
+    return;
+  }
   for (int64_t c0 = g_begin * kBlockGroup; c0 < c_end; c0 += lanes)
     RowTiles(M, [&]<int R>(int64_t m0) { TileRowsSve<R>(qx, dx, m0, w, c0, c_end, y, ldy); });
 }
