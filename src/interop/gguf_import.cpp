@@ -41,9 +41,9 @@ ImportGgufResult import_gguf(const std::string& path, const std::string& out, co
     r.chat_template = !vocabulary->chat_template.empty();
     r.eos_token_ids = m.eos_token_ids = vocabulary->eos_token_ids;
   }
-  const bool k_blocks = std::any_of(m.blocks.begin(), m.blocks.end(),
-                                    [](const auto& b) { return quant::is_k_quant(b.second.type); });
-  r.profile = m.blocks.empty() ? profile_name() : k_blocks ? int8dot_k_profile_name() : int8dot_profile_name();
+  r.profile = m.blocks.empty()                ? profile_name()
+              : quant::has_k_quants(m.blocks) ? int8dot_k_profile_name()
+                                              : int8dot_profile_name();
   auto write_model = [&](const std::string& dir) {
     if (m.blocks.empty()) {
       ModelMetadata meta;

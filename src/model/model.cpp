@@ -71,9 +71,7 @@ std::unique_ptr<Model::Impl> load_gguf_weights(const std::string& path, const fo
   const format::GgufFile gguf = format::parse_gguf(file->bytes(), path);
   const bool k_quants = d.profile == int8dot_k_profile_name();
   format::GgufModel m = format::read_gguf_llama(gguf, path, d.config.length, file, k_quants);
-  const bool k_blocks = std::any_of(m.blocks.begin(), m.blocks.end(),
-                                    [](const auto& b) { return quant::is_k_quant(b.second.type); });
-  if (k_quants && !k_blocks)
+  if (k_quants && !quant::has_k_quants(m.blocks))
     throw Error(ErrorKind::format, path + ": model.json names profile " + d.profile +
                                        " but the file has no Q4_K, Q5_K or Q6_K matrix (its profile is " +
                                        int8dot_profile_name() + ")");
@@ -117,9 +115,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
   if (blocks) {
     // lockstep-int8dot-2 where a K-quant is computed in integers (the loader and import give the
     // K-quants to blocks for that profile alone).
-    profile = std::any_of(blocks->begin(), blocks->end(), [](const auto& b) { return quant::is_k_quant(b.second.type); })
-                  ? int8dot_k_profile_name()
-                  : int8dot_profile_name();
+    profile = quant::has_k_quants(*blocks) ? int8dot_k_profile_name() : int8dot_profile_name();
     if (precision != Precision::f32)
       throw Error(ErrorKind::unsupported, std::string("precision bf16 does not apply to a model of profile ") + profile +
                                               " (its matrices are GGUF blocks, computed in integers)");

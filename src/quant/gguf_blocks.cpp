@@ -107,6 +107,10 @@ void dequantize_range(const BlockRows& m, float* out, bool transpose, int64_t be
   }
 }
 
+bool has_k_quants(const BlockMatrices& blocks) noexcept {
+  return std::any_of(blocks.begin(), blocks.end(), [](const auto& b) { return is_k_quant(b.second.type); });
+}
+
 void dequantize_rows(const BlockRows& m, float* out, bool transpose) {
   dequantize_range(m, out, transpose, 0, m.K * m.N);
 }

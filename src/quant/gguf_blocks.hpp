@@ -88,6 +88,8 @@ BlockRows block_rows(BlockType type, int64_t K, int64_t N, std::span<const uint8
                      std::shared_ptr<const void> owner);
 // A model's matrices in blocks by registry offset (an int8dot model's: docs/FORMAT.md).
 using BlockMatrices = std::unordered_map<int64_t, BlockRows>;
+// Whether any of them is a K-quant (the model's profile is then lockstep-int8dot-2).
+bool has_k_quants(const BlockMatrices& blocks) noexcept;
 
 // Every value of `m` dequantized (RowBlock::value: Q8_0, Q4_0, Q5_0 w = dw * float(q), one rounded
 // multiply; the K-quants as k_quants.hpp widens them): into out [K, N]

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "format/gguf_read.hpp"
 #include "format/half.hpp"
 #include "lockstep/interop.hpp"
@@ -444,6 +446,32 @@ TEST(GgufImport, RefusesAFusedMatrixMixingKQuantsWithOtherBlocks) {
     ADD_FAILURE() << "loaded a fused matrix of K-quant and Q8_0 parts";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mixes K-quant parts (Q4_K, Q5_K, Q6_K) with Q8_0, Q4_0 or Q5_0 ones"),
+              std::string::npos) << e.what();
+  }
+}
+
+// model.json naming lockstep-int8dot-2 over a GGUF file without K-quants is refused by the loader,
+// naming the profile the file has: the profile says how the file computes, and never silently.
+TEST(GgufImport, TheKQuantProfileNeedsKQuants) {
+  test::TempDir tmp;
+  KModel m = k_model(true, 11);
+  std::mt19937_64 rng(11);
+  for (TestTensor& t : m.file.tensors)
+    if (t.type == kQ4_K || t.type == kQ5_K || t.type == kQ6_K) {
+      t.type = kQ8_0;
+      t.data = random_tensor(kQ8_0, static_cast<int64_t>(t.ne[0]), static_cast<int64_t>(t.ne[1]), rng);
+    }
+  test::write_file(tmp / "q8.gguf", m.file.bytes());
+  EXPECT_EQ(import_gguf(tmp / "q8.gguf", tmp / "q8").profile, int8dot_profile_name());
+  auto j = nlohmann::ordered_json::parse(test::read_file(tmp / "q8/model.json"));
+  j["profile"] = int8dot_k_profile_name();
+  test::write_file(tmp / "q8/model.json", j.dump(2));
+  try {
+    (void)Model::load(tmp / "q8");
+    ADD_FAILURE() << "loaded a lockstep-int8dot-2 model without K-quants";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.json names profile lockstep-int8dot-2 but the file has no Q4_K, Q5_K or "
+                                         "Q6_K matrix (its profile is lockstep-int8dot-1)"),
               std::string::npos) << e.what();
   }
 }
