@@ -26,6 +26,13 @@ cuda::ModelView cuda_view(const Model::Impl& m) {
   return v;
 }
 
+void Model::Impl::refuse_cuda_for_blocks(const char* profile) {
+  throw Error(ErrorKind::unsupported, std::string("device 'cuda' computes profile ") + profile_name() +
+                                          " alone; this model's is " + profile +
+                                          " (matrices in GGUF blocks, computed in integers): run it with --device cpu "
+                                          "or reference");
+}
+
 const cuda::DeviceModel& Model::Impl::on_cuda() const {
   std::lock_guard lock(cuda_mutex);
   if (!cuda_model) cuda_model = cuda::DeviceModel::upload(cuda_view(*this));

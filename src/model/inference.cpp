@@ -75,6 +75,7 @@ void Model::forward(std::span<const RowRequest> rows, const CallOptions& call) c
     if (call.threads) m.threads_for(call);  // validated even though the reference ignores it
     forward_reference(m, rows);
   } else if (device == Device::cuda) {
+    if (m.blocks) Model::Impl::refuse_cuda_for_blocks(m.profile);
     forward_cuda(m, rows);
   } else {
     std::vector<RowWork> work(rows.size());

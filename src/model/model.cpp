@@ -119,6 +119,7 @@ Model::Impl::Impl(const ModelConfig& c, std::vector<float> params, const ModelOp
     if (precision != Precision::f32)
       throw Error(ErrorKind::unsupported, std::string("precision bf16 does not apply to a model of profile ") + profile +
                                               " (its matrices are GGUF blocks, computed in integers)");
+    if (device == Device::cuda) refuse_cuda_for_blocks(profile);
   }
   const size_t half = static_cast<size_t>(c.head_dim() / 2);
   rope_cos.resize(static_cast<size_t>(c.length) * half);

@@ -136,6 +136,9 @@ struct Model::Impl {
   mutable std::mutex cuda_mutex;
   mutable std::shared_ptr<const cuda::DeviceModel> cuda_model;
   const cuda::DeviceModel& on_cuda() const;
+  // The cuda device computes lockstep-f32-1 alone: a model of an int8dot profile is refused there
+  // (at load and per call), never computed from its dequantized copy with other bits.
+  [[noreturn]] static void refuse_cuda_for_blocks(const char* profile);
   ThreadPool& thread_pool() const;
   // Threads a call runs with: its own request, else the model's default, else the pool's size.
   int threads_for(const CallOptions& call) const;

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/gguf_read.hpp"
+#include "kernels/cuda/device.hpp"
 #include "format/half.hpp"
 #include "lockstep/interop.hpp"
 #include "lockstep/model.hpp"
@@ -473,6 +474,34 @@ TEST(GgufImport, TheKQuantProfileNeedsKQuants) {
     EXPECT_NE(std::string(e.what()).find("model.json names profile lockstep-int8dot-2 but the file has no Q4_K, Q5_K or "
                                          "Q6_K matrix (its profile is lockstep-int8dot-1)"),
               std::string::npos) << e.what();
+  }
+}
+
+// The cuda device computes lockstep-f32-1 alone: an int8dot model is refused there, at load and
+// per call, naming its profile (before any GPU is looked for), never computed from its f32 copy.
+TEST(GgufImport, TheCudaDeviceRefusesIntegerProfiles) {
+  if (!cuda::compiled_in()) GTEST_SKIP() << "a build without CUDA refuses the device's name itself";
+  test::TempDir tmp;
+  test::write_file(tmp / "k.gguf", k_model(false, 12).file.bytes());
+  import_gguf(tmp / "k.gguf", tmp / "k");
+  const std::string want =
+      "device 'cuda' computes profile lockstep-f32-1 alone; this model's is lockstep-int8dot-2 (matrices in GGUF "
+      "blocks, computed in integers): run it with --device cpu or reference";
+  LoadOptions options;
+  options.device = Device::cuda;
+  try {
+    (void)Model::load(tmp / "k", options);
+    ADD_FAILURE() << "loaded an int8dot model on the cuda device";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+  const auto model = Model::load(tmp / "k");
+  const std::vector<int32_t> ids = {1, 2, 3};
+  try {
+    (void)model->logits({ids.data(), 1, 3}, {}, {Device::cuda, std::nullopt});
+    ADD_FAILURE() << "ran an int8dot model on the cuda device";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), want);
   }
 }
 
