@@ -693,6 +693,61 @@ HWY_INLINE void StoreRowsNeon(const float32x4_t (*acc)[2], const BlockMatrix& w,
   }
 }
 
+// A K-quant super-block's header for a group's 8 outputs in two halves (outputs 0-3, 4-7): the
+// f16 super-scales widened exactly, and the forms as lane masks (all ones: minus_min).
+struct KHeaderNeon {
+  float32x4_t d1[2], d2[2];
+  uint32x4_t mask[2];
+};
+HWY_INLINE void WidenF16Neon(const uint8_t* p, float32x4_t* out) {  // 8 little-endian f16, exact
+  const uint16x8_t bits = vreinterpretq_u16_u8(vld1q_u8(p));
+  out[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(bits)));
+  out[1] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(bits)));
+}
+HWY_INLINE void WidenS8Neon(const uint8_t* p, int32x4_t* out) {  // 8 int8, exact
+  const int16x8_t v = vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(p)));
+  out[0] = vmovl_s16(vget_low_s16(v));
+  out[1] = vmovl_s16(vget_high_s16(v));
+}
+HWY_INLINE KHeaderNeon LoadKHeaderNeon(const BlockMatrix& w, int64_t g, int64_t b) {
+  KHeaderNeon h;
+  const uint8_t* p = w.k_header(g, b);
+  WidenF16Neon(p, h.d1);
+  WidenF16Neon(p + 2 * kBlockGroup, h.d2);
+  int32x4_t m[2];
+  WidenS8Neon(p + 4 * kBlockGroup, m);
+  h.mask[0] = vreinterpretq_u32_s32(m[0]);
+  h.mask[1] = vreinterpretq_u32_s32(m[1]);
+  return h;
+}
+
+// Block b's two steps for rows [m0, m0 + R) of a group of K-quants, from the exact half sums
+// half[r][0] (inputs 0-15) and half[r][1] (16-31), each in two halves of outputs: per lane
+// i1 = low + (high & mask), i2 = mask ? xsum : high, c1 = f32(d1) * s1, c2 = f32(d2) * s2 (exact),
+// acc = fma(float(i1), c1 * dx, acc), acc = fma(float(i2), c2 * dx, acc) (vfmaq_f32: fused), as
+// MatmulBlocksScalar.
+template <int R>
+HWY_INLINE void KStepsNeon(const int32x4_t (*half)[2][2], const KHeaderNeon& header, const BlockMatrix& w,
+                           const uint8_t* block, const float* dx, const int32_t* xsum, int64_t m0, int64_t b,
+                           float32x4_t (*acc)[2]) {
+  int32x4_t s1[2], s2[2];
+  WidenS8Neon(block + w.int_bytes(), s1);
+  WidenS8Neon(block + w.int_bytes() + kBlockGroup, s2);
+  for (int h = 0; h < 2; ++h) {
+    const float32x4_t c1 = vmulq_f32(header.d1[h], vcvtq_f32_s32(s1[h]));
+    const float32x4_t c2 = vmulq_f32(header.d2[h], vcvtq_f32_s32(s2[h]));
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = (m0 + r) * w.blocks + b;
+      const float32x4_t x_scale = vdupq_n_f32(dx[i]);
+      const int32x4_t lo = half[r][0][h], hi = half[r][1][h];
+      const int32x4_t i1 = vaddq_s32(lo, vandq_s32(hi, vreinterpretq_s32_u32(header.mask[h])));
+      const int32x4_t i2 = vbslq_s32(header.mask[h], vdupq_n_s32(xsum[i]), hi);
+      acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(i1), vmulq_f32(c1, x_scale));
+      acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(i2), vmulq_f32(c2, x_scale));
+    }
+  }
+}
+
 // Functions that use the dot product: Armv8.2 with dotprod (vdotq_s32's own target in
 // arm_neon.h), and the crypto extension Highway's NEON code is compiled with, so that its inline
 // functions may be inlined here.
@@ -737,35 +792,15 @@ LOCKSTEP_DOTPROD inline void GroupRowsSdot(const int8_t* qx, const float* dx, in
   StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
 }
 // K-quants (BlockMatrix::k_quants) with sdot: each output's sums of inputs 0-15 and 16-31 apart
-// (int32, exact), then per lane i1 = low + (high & mask), i2 = mask ? xsum : high, and the two
-// fused steps with c1 = f32(d1) * s1, c2 = f32(d2) * s2 (exact), as MatmulBlocksScalar.
+// (int32, exact), then KStepsNeon.
 template <int R>
 LOCKSTEP_DOTPROD inline void GroupRowsKSdot(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w,
                                             int64_t g, float* y, int64_t ldy, const int32_t* xsum) {
   float32x4_t acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
-  float32x4_t d1[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}, d2[2] = {d1[0], d1[0]};  // set at b = 0
-  uint32x4_t mask[2] = {vdupq_n_u32(0), vdupq_n_u32(0)};
-  auto widen_f16 = [](const uint8_t* p, float32x4_t* out) {  // 8 little-endian f16, exact
-    const uint16x8_t bits = vreinterpretq_u16_u8(vld1q_u8(p));
-    out[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(bits)));
-    out[1] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(bits)));
-  };
-  auto widen_s8 = [](const uint8_t* p, int32x4_t* out) {  // 8 int8, exact
-    const int16x8_t v = vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(p)));
-    out[0] = vmovl_s16(vget_low_s16(v));
-    out[1] = vmovl_s16(vget_high_s16(v));
-  };
+  KHeaderNeon header{};  // set at b = 0
   for (int64_t b = 0; b < w.blocks; ++b) {
-    if (b % 8 == 0) {
-      const uint8_t* h = w.k_header(g, b);
-      widen_f16(h, d1);
-      widen_f16(h + 2 * kBlockGroup, d2);
-      int32x4_t m[2];
-      widen_s8(h + 4 * kBlockGroup, m);
-      mask[0] = vreinterpretq_u32_s32(m[0]);
-      mask[1] = vreinterpretq_u32_s32(m[1]);
-    }
+    if (b % 8 == 0) header = LoadKHeaderNeon(w, g, b);
     const uint8_t* block = w.block(g, b);
     int32x4_t half[R][2][2];  // [row][inputs 0-15, 16-31][outputs 0-3, 4-7]
     int8x16_t x[R][2];
@@ -781,21 +816,7 @@ LOCKSTEP_DOTPROD inline void GroupRowsKSdot(const int8_t* qx, const float* dx, i
         half[r][v / 4][1] = DotLane(half[r][v / 4][1], wv[1], x[r][v / 4], v % 4);
       }
     }
-    int32x4_t s1[2], s2[2];
-    widen_s8(block + w.int_bytes(), s1);
-    widen_s8(block + w.int_bytes() + kBlockGroup, s2);
-    for (int r = 0; r < R; ++r) {
-      const float32x4_t x_scale = vdupq_n_f32(dx[(m0 + r) * w.blocks + b]);
-      const int32x4_t x_sum = vdupq_n_s32(xsum[(m0 + r) * w.blocks + b]);
-      for (int h = 0; h < 2; ++h) {
-        const float32x4_t c1 = vmulq_f32(d1[h], vcvtq_f32_s32(s1[h])), c2 = vmulq_f32(d2[h], vcvtq_f32_s32(s2[h]));
-        const int32x4_t lo = half[r][0][h], hi = half[r][1][h];
-        const int32x4_t i1 = vaddq_s32(lo, vandq_s32(hi, vreinterpretq_s32_u32(mask[h])));
-        const int32x4_t i2 = vbslq_s32(mask[h], x_sum, hi);
-        acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(i1), vmulq_f32(c1, x_scale));
-        acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(i2), vmulq_f32(c2, x_scale));
-      }
-    }
+    KStepsNeon<R>(half, header, w, block, dx, xsum, m0, b, acc);
   }
   StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
 }
@@ -831,6 +852,41 @@ HWY_INLINE void GroupRowsWidening(const int8_t* qx, const float* dx, int64_t m0,
   StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
 }
 
+// K-quants with widening multiplies (Armv8.0): as GroupRowsWidening, the pair sums of inputs
+// 0-15 and of 16-31 apart, added into each output's two half sums, then KStepsNeon.
+template <int R>
+HWY_INLINE void GroupRowsKWidening(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g,
+                                   float* y, int64_t ldy, const int32_t* xsum) {
+  float32x4_t acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+  KHeaderNeon header{};  // set at b = 0
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    if (b % 8 == 0) header = LoadKHeaderNeon(w, g, b);
+    const uint8_t* block = w.block(g, b);
+    int32x4_t half[R][2][2];
+    for (int part = 0; part < 2; ++part) {  // inputs 0-15 (quads 0-3), then 16-31
+      int32x4_t pairs[R][4];  // outputs (0, 1), (2, 3), (4, 5), (6, 7): lanes of pair sums
+      for (int r = 0; r < R; ++r)
+        for (int q = 0; q < 4; ++q) pairs[r][q] = vdupq_n_s32(0);
+      for (int v = 4 * part; v < 4 * part + 4; ++v) {
+        int8x16_t wv[2];
+        LoadQuadsNeon(w, block, v, wv);
+        for (int r = 0; r < R; ++r) {
+          const int8x16_t x = QuadNeon(qx, w.K, m0 + r, b, v);
+          for (int h = 0; h < 2; ++h) {
+            pairs[r][2 * h] = vpadalq_s16(pairs[r][2 * h], vmull_s8(vget_low_s8(wv[h]), vget_low_s8(x)));
+            pairs[r][2 * h + 1] = vpadalq_s16(pairs[r][2 * h + 1], vmull_high_s8(wv[h], x));
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h) half[r][part][h] = vpaddq_s32(pairs[r][2 * h], pairs[r][2 * h + 1]);
+    }
+    KStepsNeon<R>(half, header, w, block, dx, xsum, m0, b, acc);
+  }
+  StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
+}
+
 void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
                       int64_t g_end, float* y, int64_t ldy) {
   if (w.k_quants) {  // each row's block sums of x (integers), once per call
@@ -847,8 +903,14 @@ void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockM
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
-  // K-quants without the dot product (Armv8.0 cores): the scalar loops, the same integers and steps.
-  if (w.k_quants) return MatmulBlocksScalar(qx, dx, M, w, g_begin, g_end, y, ldy);
+  if (w.k_quants) {  // each row's block sums of x (integers), once per call
+    thread_local std::vector<int32_t> xsum;
+    xsum.resize(static_cast<size_t>(M * w.blocks));
+    BlockSums(qx, M * w.blocks, xsum.data());
+    for (int64_t g = g_begin; g < g_end; ++g)
+      RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKWidening<R>(qx, dx, m0, w, g, y, ldy, xsum.data()); });
+    return;
+  }
   for (int64_t g = g_begin; g < g_end; ++g)
     RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsWidening<R>(qx, dx, m0, w, g, y, ldy); });
 }
