@@ -46,6 +46,7 @@ try:
         Tokenizer,
         default_thread_count,
         export_gguf,
+        import_gguf,
         import_hf,
     )
 except ImportError as _error:  # not built, or built for another Python
@@ -64,6 +65,7 @@ else:
         "Tokenizer",
         "default_thread_count",
         "export_gguf",
+        "import_gguf",
         "import_hf",
     ]
 

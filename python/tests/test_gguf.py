@@ -276,3 +276,21 @@ def test_python_binding_writes_the_same_file(extension, model, tmp_path):
     assert open(py, "rb").read() == open(cli, "rb").read()
     with pytest.raises(ValueError, match="--type must be"):
         extension.export_gguf(model, py, type="q4_0")
+
+
+def test_import_gguf_binding_writes_what_the_command_writes(extension, model, tmp_path):
+    """lockstep.import_gguf is `lockstep import gguf`: the same files, and what it kept in blocks."""
+    gguf = str(tmp_path / "q8.gguf")
+    assert export(model, gguf, "--type", "q8_0").returncode == 0
+    info = extension.import_gguf(gguf, str(tmp_path / "py"), ids_only=True, widen_k_quants=True)
+    assert info["profile"] == "lockstep-int8dot-1" and info["widened_k_quants"] == 0
+    assert info["block_matrices"] > 0 and "Q8_0" in info["types"] and info["vocabulary"] == "gpt2"
+    done = subprocess.run([BINARY, "import", "gguf", gguf, "-o", str(tmp_path / "cli"), "--ids-only"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for name in ("model.json", "model.gguf"):
+        assert open(tmp_path / "py" / name, "rb").read() == open(tmp_path / "cli" / name, "rb").read()
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        extension.import_gguf(str(model) + "/model.json", str(tmp_path / "bad"))
+    assert not os.path.exists(tmp_path / "bad")
+
