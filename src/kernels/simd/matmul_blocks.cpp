@@ -272,12 +272,15 @@ HWY_INLINE __m256 KCoefficients(__m256 d, const uint8_t* s) {
 }
 
 // Decoding reads each K-quant record once: ask L2 for the records kPrefetchAhead blocks on (and
-// their super-block's header where one starts).
+// their super-block's header where one starts). Past a group's last block that is a record of the
+// groups after it, as PrefetchAhead's (a prefetch past the matrix's end is dropped by the CPU):
+// clamping to the group's last block, as this first did, left the decoding of an l768 matrix (24
+// blocks) without any prefetch and halved its one-thread speed.
 template <int R, bool kNibbles, int G>
-HWY_INLINE void PrefetchAheadK(const KRecords<kNibbles, G>& at, int64_t b, int64_t blocks) {
+HWY_INLINE void PrefetchAheadK(const KRecords<kNibbles, G>& at, int64_t b) {
   if constexpr (R < 4) {
     for (int gi = 0; gi < G; ++gi) {
-      const char* p = reinterpret_cast<const char*>(at.ints(gi, std::min(b + kPrefetchAhead, blocks - 1)));
+      const char* p = reinterpret_cast<const char*>(at.ints(gi, b + kPrefetchAhead));
       for (int64_t line = 0; line < KRecords<kNibbles, G>::kRecord; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
       if (((b + kPrefetchAhead) & 7) == 0) _mm_prefetch(p - BlockMatrix::kKHeaderBytes, _MM_HINT_T1);
     }
@@ -337,7 +340,7 @@ HWY_INLINE void GroupRowsK(const int8_t* qx, const float* dx, int64_t m0, const 
   __m256 d1[G] = {}, d2[G] = {};  // set at b = 0 (LoadKHeaders)
   __m256i mask[G] = {};
   for (int64_t b = 0; b < blocks; ++b) {
-    PrefetchAheadK<R>(at, b, blocks);
+    PrefetchAheadK<R>(at, b);
     LoadKHeaders(at, b, d1, d2, mask);
     const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
     __m256i half[G][R][2];
@@ -471,7 +474,7 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsKVnni(const 
   __m256 d1[G] = {}, d2[G] = {};  // set at b = 0 (LoadKHeaders)
   __m256i mask[G] = {};
   for (int64_t b = 0; b < blocks; ++b) {
-    PrefetchAheadK<R>(at, b, blocks);
+    PrefetchAheadK<R>(at, b);
     LoadKHeaders(at, b, d1, d2, mask);
     __m256i half[G][R][2];
     for (auto& a : half)
