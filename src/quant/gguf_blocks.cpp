@@ -36,8 +36,8 @@ void row_block(BlockType type, const uint8_t* row, int64_t b, RowBlock& out) {
   KQuantBlock kb;
   k_quant_block(k, row + b / 8 * super_block_bytes(k), static_cast<int>(b % 8), kb);
   std::copy(kb.q, kb.q + kBlockValues, out.q);
-  out.c1 = kb.c1;
-  out.c2 = kb.c2;
+  out.c1 = kb.c1();
+  out.c2 = kb.c2();
   out.form = kb.halves ? RowBlock::Form::halves : RowBlock::Form::minus_min;
 }
 

@@ -77,20 +77,18 @@ void k_quant_block(KQuantType type, const uint8_t* block, int s, KQuantBlock& ou
     out.s2 = static_cast<int8_t>(m);
     out.halves = false;
   }
-  // Exact: an f16's 11 significant bits by at most 8 (Q6_K's int8) or 6 (Q4_K's, Q5_K's scales).
-  out.c1 = f32_from_f16_bits(out.d1) * static_cast<float>(out.s1);
-  out.c2 = f32_from_f16_bits(out.d2) * static_cast<float>(out.s2);
 }
 
 void widen_super_block(KQuantType type, const uint8_t* block, float out[kSuperBlockValues]) {
   KQuantBlock kb;
   for (int s = 0; s < kSuperBlockValues / 32; ++s) {
     k_quant_block(type, block, s, kb);
+    const float c1 = kb.c1(), c2 = kb.c2();
     for (int j = 0; j < 32; ++j) {
       const float q = static_cast<float>(kb.q[j]);
       // Q6_K: one rounding. Q4_K, Q5_K: c1 ⊗ q is exact (at most 17 + 5 significant bits), and
       // adding c2 = -(dmin ⊗ m) is the subtraction (dmin ⊗ m) taken off, rounded once.
-      out[32 * s + j] = kb.halves ? (j < 16 ? kb.c1 : kb.c2) * q : kb.c1 * q + kb.c2;
+      out[32 * s + j] = kb.halves ? (j < 16 ? c1 : c2) * q : c1 * q + c2;
     }
   }
 }

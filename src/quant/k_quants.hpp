@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/half.hpp"
+
 namespace lockstep::quant {
 
 inline constexpr int kSuperBlockValues = 256;  // inputs per K-quant super-block (ggml's QK_K)
@@ -39,8 +41,10 @@ struct KQuantBlock {
   int8_t q[32];
   uint16_t d1 = 0, d2 = 0;  // f16 bits
   int8_t s1 = 0, s2 = 0;
-  float c1 = 0.0f, c2 = 0.0f;
   bool halves = false;
+  // Exact: an f16's 11 significant bits by at most 8 (Q6_K's int8) or 6 (Q4_K's, Q5_K's scales).
+  float c1() const { return f32_from_f16_bits(d1) * static_cast<float>(s1); }
+  float c2() const { return f32_from_f16_bits(d2) * static_cast<float>(s2); }
 };
 void k_quant_block(KQuantType type, const uint8_t* super_block, int s, KQuantBlock& out);
 

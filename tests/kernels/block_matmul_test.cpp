@@ -439,8 +439,8 @@ TEST(BlockMatmul, PackingKQuantsKeepsTheirIntegersAndCoefficients) {
           continue;
         }
         quant::k_quant_block(k, rows.data() + (n * K / 256 + b / 8) * quant::super_block_bytes(k), static_cast<int>(b % 8), kb);
-        EXPECT_EQ(std::bit_cast<uint32_t>(w.c1(g, b, j)), std::bit_cast<uint32_t>(kb.c1));
-        EXPECT_EQ(std::bit_cast<uint32_t>(w.c2(g, b, j)), std::bit_cast<uint32_t>(kb.c2));
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.c1(g, b, j)), std::bit_cast<uint32_t>(kb.c1()));
+        EXPECT_EQ(std::bit_cast<uint32_t>(w.c2(g, b, j)), std::bit_cast<uint32_t>(kb.c2()));
         EXPECT_EQ(w.minus_min(g, b, j), !kb.halves);
         for (int i = 0; i < 32; ++i)
           EXPECT_EQ(w.value(g, b, j, i), kb.q[i]) << quant::block_type_name(type) << " n " << n << " k " << i;
@@ -463,8 +463,8 @@ TEST(BlockLayouts, KQuantBlocksFollowTheText) {
   for (int l = 0; l < 32; ++l) q4[16 + 64 + l] = static_cast<uint8_t>((l % 16) << 4 | 7);  // sub-block 5: high nibbles
   quant::k_quant_block(quant::KQuantType::q4_k, q4.data(), 5, kb);
   EXPECT_FALSE(kb.halves);
-  EXPECT_EQ(kb.c1, 19.0f);
-  EXPECT_EQ(kb.c2, -17.0f);  // -(0.5 * 34)
+  EXPECT_EQ(kb.c1(), 19.0f);
+  EXPECT_EQ(kb.c2(), -17.0f);  // -(0.5 * 34)
   for (int l = 0; l < 32; ++l) EXPECT_EQ(kb.q[l], l % 16) << l;
   quant::k_quant_block(quant::KQuantType::q4_k, q4.data(), 4, kb);  // the low nibbles: 7
   EXPECT_EQ(kb.q[0], 7);
@@ -480,8 +480,8 @@ TEST(BlockLayouts, KQuantBlocksFollowTheText) {
   }
   quant::k_quant_block(quant::KQuantType::q6_k, q6.data(), 3, kb);
   EXPECT_TRUE(kb.halves);
-  EXPECT_EQ(kb.c1, -6.0f);
-  EXPECT_EQ(kb.c2, 10.0f);
+  EXPECT_EQ(kb.c1(), -6.0f);
+  EXPECT_EQ(kb.c2(), 10.0f);
   for (int l = 0; l < 32; ++l) EXPECT_EQ(kb.q[l], ((l % 16) | ((l % 4) << 4)) - 32) << l;
 }
 

@@ -24,7 +24,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "format/gguf_read.hpp"
 #include "kernels/cuda/device.hpp"
 #include "format/half.hpp"
 #include "lockstep/interop.hpp"
@@ -252,6 +251,32 @@ KModel k_model(bool with_q8_0, uint64_t seed, int64_t vocab = 7) {
   return m;
 }
 
+// Two ragged rows of the model's window (12 and 5 tokens) over a vocabulary of 7, and the reference
+// device's logits of them.
+struct RaggedRows {
+  std::vector<int32_t> ids = test::random_ids(2 * 12, 7, 3);
+  std::vector<int32_t> lengths = {12, 5};
+};
+std::vector<float> reference_logits(const std::string& dir, const RaggedRows& rows) {
+  LoadOptions options;
+  options.device = Device::reference;
+  return Model::load(dir, options)->logits({rows.ids.data(), 2, 12}, rows.lengths, {Device::reference, std::nullopt});
+}
+
+// The fast path's logits are `want` (the reference's) on every target here and thread counts 1, 2,
+// 3 and 7.
+void expect_fast_path_is(const std::vector<float>& want, const std::string& dir, const RaggedRows& rows,
+                         const std::string& name) {
+  for (const std::string& target : test::targets_under_test()) {
+    LoadOptions options;
+    options.simd_target = target;
+    const auto fast = Model::load(dir, options);
+    for (int threads : {1, 2, 3, 7})
+      test::expect_same(fast->logits({rows.ids.data(), 2, 12}, rows.lengths, {Device::cpu, threads}), want,
+                        name + " " + target + " threads " + std::to_string(threads));
+  }
+}
+
 TEST(GgufImport, WidensKQuantsToF32ByGgmlsRule) {
   test::TempDir tmp;
   for (const bool with_q8_0 : {false, true}) {
@@ -291,20 +316,8 @@ TEST(GgufImport, WidensKQuantsToF32ByGgmlsRule) {
     }
     EXPECT_EQ(checked, with_q8_0 ? 6 : 9);
     // The fast path equals the reference on every target and thread count, ragged rows too.
-    LoadOptions ref_options;
-    ref_options.device = Device::reference;
-    const auto reference = Model::load(tmp / name, ref_options);
-    const auto ids = test::random_ids(2 * 12, 7, 3);
-    const std::vector<int32_t> lengths = {12, 5};
-    const auto want = reference->logits({ids.data(), 2, 12}, lengths, {Device::reference, std::nullopt});
-    for (const std::string& target : test::targets_under_test()) {
-      LoadOptions options;
-      options.simd_target = target;
-      const auto fast = Model::load(tmp / name, options);
-      for (int threads : {1, 2, 3, 7})
-        test::expect_same(fast->logits({ids.data(), 2, 12}, lengths, {Device::cpu, threads}), want,
-                          name + " " + target + " threads " + std::to_string(threads));
-    }
+    const RaggedRows rows;
+    expect_fast_path_is(reference_logits(tmp / name, rows), tmp / name, rows, name);
   }
 }
 
@@ -330,13 +343,9 @@ TEST(GgufImport, ComputesKQuantsInIntegers) {
     EXPECT_STREQ(model->profile(), int8dot_k_profile_name()) << name;
     test::expect_same(std::vector<float>(model->parameters().begin(), model->parameters().end()),
                       std::vector<float>(widened->parameters().begin(), widened->parameters().end()), name + " parameters");
-    const auto ids = test::random_ids(2 * 12, 7, 3);
-    const std::vector<int32_t> lengths = {12, 5};
-    LoadOptions ref_options;
-    ref_options.device = Device::reference;
-    const auto reference = Model::load(tmp / name, ref_options);
-    const auto want = reference->logits({ids.data(), 2, 12}, lengths, {Device::reference, std::nullopt});
-    const auto f32 = widened->logits({ids.data(), 2, 12}, lengths, {Device::cpu, 1});
+    const RaggedRows rows;
+    const auto want = reference_logits(tmp / name, rows);
+    const auto f32 = widened->logits({rows.ids.data(), 2, 12}, rows.lengths, {Device::cpu, 1});
     float scale = 0, diff = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       scale = std::max(scale, std::fabs(f32[i]));
@@ -344,14 +353,7 @@ TEST(GgufImport, ComputesKQuantsInIntegers) {
     }
     EXPECT_GT(diff, 0.0f) << name;  // the integer profile is another computation
     EXPECT_LT(diff, 0.05f * scale) << name << ": the integer logits stray from the widened model's";
-    for (const std::string& target : test::targets_under_test()) {
-      LoadOptions options;
-      options.simd_target = target;
-      const auto fast = Model::load(tmp / name, options);
-      for (int threads : {1, 2, 3, 7})
-        test::expect_same(fast->logits({ids.data(), 2, 12}, lengths, {Device::cpu, threads}), want,
-                          name + " " + target + " threads " + std::to_string(threads));
-    }
+    expect_fast_path_is(want, tmp / name, rows, name);
   }
 }
 
@@ -364,17 +366,9 @@ TEST(GgufImport, ExportWritesTheSameKQuantBlocks) {
   test::write_file(tmp / "k.gguf", m.file.bytes());
   import_gguf(tmp / "k.gguf", tmp / "k");
   export_gguf(tmp / "k", tmp / "again.gguf", GgufOptions{"f32", "again"});
-  const std::string again = test::read_file(tmp / "again.gguf");
-  const format::GgufFile f = format::parse_gguf(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(again.data()), again.size()), "again.gguf");
-  for (const TestTensor& t : m.file.tensors) {
-    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
-    ASSERT_NE(it, f.tensors.end()) << t.name;
-    EXPECT_EQ(it->type, t.type) << t.name;
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
-  }
+  test::expect_holds_tensors(test::read_file(tmp / "again.gguf"), m.file.tensors, "again.gguf");
   import_gguf(tmp / "again.gguf", tmp / "k2");
-  const auto ids = test::random_ids(24, 256, 8);
+  const auto ids = test::random_ids(12, 256, 8);
   EXPECT_TRUE(test::same_bits(Model::load(tmp / "k")->logits({ids.data(), 1, 12}),
                               Model::load(tmp / "k2")->logits({ids.data(), 1, 12})));
 }

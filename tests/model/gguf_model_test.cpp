@@ -788,15 +788,7 @@ TEST(GgufImport, ExportWritesTheSameBlocks) {
   const GgufResult r = export_gguf(dir, tmp / "again.gguf", GgufOptions{"f32", "again"});
   EXPECT_EQ(r.tensors, static_cast<int64_t>(m.file.tensors.size()));
   const std::string again = test::read_file(tmp / "again.gguf");
-  const format::GgufFile f = format::parse_gguf(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(again.data()), again.size()), "again.gguf");
-  for (const TestTensor& t : m.file.tensors) {
-    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
-    ASSERT_NE(it, f.tensors.end()) << t.name;
-    EXPECT_EQ(it->type, t.type) << t.name;
-    EXPECT_EQ(it->ne, t.ne) << t.name;
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
-  }
+  test::expect_holds_tensors(again, m.file.tensors, "again.gguf");
   // And it imports again (its 256 byte strings without merges are the byte vocabulary) to the same logits.
   const std::string dir2 = import_file(tmp, again, "bytes2");
   EXPECT_EQ(Tokenizer::for_model(dir2), nullptr);
@@ -817,14 +809,8 @@ TEST(GgufImport, ExportWritesQwen2AndLlama3ScalingBack) {
   const GgufResult r = export_gguf(import_file(tmp, qwen.file.bytes(), "qwen2"), tmp / "qwen2_again.gguf", GgufOptions{"f32", "q"});
   EXPECT_EQ(r.architecture, "qwen2");
   const std::string again = test::read_file(tmp / "qwen2_again.gguf");
-  const format::GgufFile f = tensors_of(again, "qwen2_again.gguf");
+  const format::GgufFile f = test::expect_holds_tensors(again, qwen.file.tensors, "qwen2_again.gguf");
   ASSERT_EQ(f.tensors.size(), qwen.file.tensors.size());
-  for (const TestTensor& t : qwen.file.tensors) {
-    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
-    ASSERT_NE(it, f.tensors.end()) << t.name;
-    EXPECT_EQ(it->type, t.type) << t.name;
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
-  }
   EXPECT_EQ(f.find("general.architecture")->text, "qwen2");
   EXPECT_NE(f.find("qwen2.embedding_length"), nullptr);
 

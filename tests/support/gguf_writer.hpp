@@ -4,10 +4,16 @@
 // against files it did not write itself, bad ones included.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "format/gguf_read.hpp"
 
 namespace lockstep::test {
 
@@ -78,5 +84,24 @@ struct TestGguf {
     return out;
   }
 };
+
+// `bytes` read as a GGUF file (named `what`), after checking that it holds each of `tensors` with
+// its name, ne, type and data byte for byte (what export-gguf must give back of an imported file).
+inline format::GgufFile expect_holds_tensors(const std::string& bytes, const std::vector<TestTensor>& tensors,
+                                             const std::string& what) {
+  format::GgufFile f =
+      format::parse_gguf(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), what);
+  for (const TestTensor& t : tensors) {
+    const auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const format::GgufTensor& g) { return g.name == t.name; });
+    if (it == f.tensors.end()) {
+      ADD_FAILURE() << what << " has no tensor " << t.name;
+      continue;
+    }
+    EXPECT_EQ(it->type, t.type) << t.name;
+    EXPECT_EQ(it->ne, t.ne) << t.name;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(it->data), it->bytes), t.data) << t.name;
+  }
+  return f;
+}
 
 }  // namespace lockstep::test

@@ -83,6 +83,15 @@ HWY_INLINE void BlockSums(const int8_t* HWY_RESTRICT qx, int64_t n, int32_t* HWY
   }
 }
 
+// Each of rows [0, M)'s block sums of x (xsum[m * blocks + b], integers), once per call, in a
+// buffer of the calling thread's: what Q4_0's nibbles and the K-quants' steps take off or add.
+HWY_INLINE const int32_t* RowBlockSums(const int8_t* qx, int64_t M, int64_t blocks) {
+  thread_local std::vector<int32_t> xsum;
+  xsum.resize(static_cast<size_t>(M * blocks));
+  BlockSums(qx, M * blocks, xsum.data());
+  return xsum.data();
+}
+
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kBlockRows = 4;  // rows sharing a group's weight loads
@@ -140,6 +149,20 @@ HWY_INLINE __m256i Quad(const int8_t* qb, int v) {
   int32_t quad;
   std::memcpy(&quad, qb + v * 4, 4);
   return _mm256_set1_epi32(quad);
+}
+
+// Activation quad v of rows qb + r * K, r in [0, R), each broadcast.
+template <int R>
+HWY_INLINE void RowQuads(const int8_t* qb, int64_t K, int v, __m256i (&xq)[R]) {
+  for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
+}
+
+// Chunk c of a record of nibbles as its two quad vectors, each value 0-15: the low nibbles (vector
+// 2c) and the high ones (2c + 1).
+HWY_INLINE void NibbleQuads(const uint8_t* ints, int c, __m256i& even, __m256i& odd) {
+  const __m256i low = _mm256_set1_epi8(15), chunk = LoadQuads(ints, c);
+  even = _mm256_and_si256(chunk, low);
+  odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
 }
 
 // A tile of R rows and G groups. Decoding (R = 1) takes two groups at once with each block's sum
@@ -206,16 +229,13 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
       for (auto& r : a)
         for (__m256i& v : r) v = _mm256_setzero_si256();
     if constexpr (kNibbles) {
-      const __m256i low = _mm256_set1_epi8(15);
       for (int c = 0; c < 4; ++c) {  // int16 pair sums in isum, widened after the block
         __m256i even_x[R], odd_x[R];
-        for (int r = 0; r < R; ++r) {
-          even_x[r] = Quad(qb + r * K, 2 * c);
-          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
-        }
+        RowQuads(qb, K, 2 * c, even_x);
+        RowQuads(qb, K, 2 * c + 1, odd_x);
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
-          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          __m256i even, odd;
+          NibbleQuads(at.ints(gi, b), c, even, odd);
           for (int r = 0; r < R; ++r) {
             isum[gi][r][0] = _mm256_add_epi16(isum[gi][r][0], _mm256_maddubs_epi16(even, even_x[r]));
             isum[gi][r][C - 1] = _mm256_add_epi16(isum[gi][r][C - 1], _mm256_maddubs_epi16(odd, odd_x[r]));
@@ -233,7 +253,7 @@ HWY_INLINE void GroupRows(const int8_t* qx, const float* dx, int64_t m0, const B
     } else {
       for (int v = 0; v < 8; ++v) {
         __m256i xq[R];
-        for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
+        RowQuads(qb, K, v, xq);
         for (int gi = 0; gi < G; ++gi) {
           const __m256i wv = LoadQuads(at.ints(gi, b), v);
           const __m256i aw = _mm256_abs_epi8(wv);
@@ -347,16 +367,13 @@ HWY_INLINE void GroupRowsK(const int8_t* qx, const float* dx, int64_t m0, const 
     for (auto& a : half)
       for (auto& r : a) r[0] = r[1] = _mm256_setzero_si256();
     if constexpr (kNibbles) {
-      const __m256i low = _mm256_set1_epi8(15);
       for (int c = 0; c < 4; ++c) {  // chunk c: quads 2c (low nibbles) and 2c + 1 (high)
         __m256i even_x[R], odd_x[R];
-        for (int r = 0; r < R; ++r) {
-          even_x[r] = Quad(qb + r * K, 2 * c);
-          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
-        }
+        RowQuads(qb, K, 2 * c, even_x);
+        RowQuads(qb, K, 2 * c + 1, odd_x);
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
-          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          __m256i even, odd;
+          NibbleQuads(at.ints(gi, b), c, even, odd);
           for (int r = 0; r < R; ++r) {
             const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, even_x[r]), _mm256_maddubs_epi16(odd, odd_x[r]));
             half[gi][r][c / 2] = _mm256_add_epi16(half[gi][r][c / 2], pairs);
@@ -368,7 +385,7 @@ HWY_INLINE void GroupRowsK(const int8_t* qx, const float* dx, int64_t m0, const 
     } else {
       for (int v = 0; v < 8; ++v) {
         __m256i xq[R];
-        for (int r = 0; r < R; ++r) xq[r] = Quad(qb + r * K, v);
+        RowQuads(qb, K, v, xq);
         for (int gi = 0; gi < G; ++gi) {
           const __m256i wv = LoadQuads(at.ints(gi, b), v);
           const __m256i aw = _mm256_abs_epi8(wv);
@@ -412,16 +429,13 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
         for (__m256i& v : r) v = _mm256_setzero_si256();
     if constexpr (kNibbles) {
       const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
-      const __m256i low = _mm256_set1_epi8(15);
       for (int c = 0; c < 4; ++c) {
         __m256i even_x[R], odd_x[R];
-        for (int r = 0; r < R; ++r) {
-          even_x[r] = Quad(qb + r * K, 2 * c);
-          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
-        }
+        RowQuads(qb, K, 2 * c, even_x);
+        RowQuads(qb, K, 2 * c + 1, odd_x);
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
-          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          __m256i even, odd;
+          NibbleQuads(at.ints(gi, b), c, even, odd);
           for (int r = 0; r < R; ++r) {
             isum[gi][r][0] = _mm256_dpbusd_epi32(isum[gi][r][0], even, even_x[r]);
             isum[gi][r][C - 1] = _mm256_dpbusd_epi32(isum[gi][r][C - 1], odd, odd_x[r]);
@@ -439,7 +453,7 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsVnni(const i
         for (__m256i& v : a) v = _mm256_setzero_si256();
       for (int v = 0; v < 8; ++v) {
         __m256i xq[R];
-        for (int r = 0; r < R; ++r) xq[r] = Quad(ub + r * K, v);
+        RowQuads(ub, K, v, xq);
         for (int gi = 0; gi < G; ++gi) {
           const __m256i wv = LoadQuads(at.ints(gi, b), v);
           wsum[gi][v % C] = _mm256_dpbusd_epi32(wsum[gi][v % C], ones, wv);
@@ -481,16 +495,13 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsKVnni(const 
       for (auto& r : a) r[0] = r[1] = _mm256_setzero_si256();
     if constexpr (kNibbles) {
       const int8_t* qb = qx + m0 * K + b * kBlockValues;  // row r's block at qb + r * K
-      const __m256i low = _mm256_set1_epi8(15);
       for (int c = 0; c < 4; ++c) {
         __m256i even_x[R], odd_x[R];
-        for (int r = 0; r < R; ++r) {
-          even_x[r] = Quad(qb + r * K, 2 * c);
-          odd_x[r] = Quad(qb + r * K, 2 * c + 1);
-        }
+        RowQuads(qb, K, 2 * c, even_x);
+        RowQuads(qb, K, 2 * c + 1, odd_x);
         for (int gi = 0; gi < G; ++gi) {
-          const __m256i chunk = LoadQuads(at.ints(gi, b), c);
-          const __m256i even = _mm256_and_si256(chunk, low), odd = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+          __m256i even, odd;
+          NibbleQuads(at.ints(gi, b), c, even, odd);
           for (int r = 0; r < R; ++r) {
             half[gi][r][c / 2] = _mm256_dpbusd_epi32(half[gi][r][c / 2], even, even_x[r]);
             half[gi][r][c / 2] = _mm256_dpbusd_epi32(half[gi][r][c / 2], odd, odd_x[r]);
@@ -504,7 +515,7 @@ __attribute__((target("avx512vl,avx512vnni"))) inline void GroupRowsKVnni(const 
       for (auto& a : wsum) a[0] = a[1] = _mm256_setzero_si256();
       for (int v = 0; v < 8; ++v) {
         __m256i xq[R];
-        for (int r = 0; r < R; ++r) xq[r] = Quad(ub + r * K, v);
+        RowQuads(ub, K, v, xq);
         for (int gi = 0; gi < G; ++gi) {
           const __m256i wv = LoadQuads(at.ints(gi, b), v);
           wsum[gi][v / 4] = _mm256_dpbusd_epi32(wsum[gi][v / 4], ones, wv);
@@ -540,15 +551,11 @@ HWY_INLINE void FlipSignBits(const int8_t* HWY_RESTRICT qx, int64_t n, int8_t* H
 template <bool kVnni>
 void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                     float* y, int64_t ldy) {
-  // Over nibbles and K-quants: each row's block sums of x (integers), once per call. Both loops write through
-  // plain restrict pointers: indexing the thread_local vectors, an int8 store may alias the
-  // vector's own pointer, so GCC reloaded it (and the TLS address) a byte at a time; vectorized,
-  // the l768 Q8_0 prefill's 16 items on 2 threads no longer spend 19% of their time here.
-  thread_local std::vector<int32_t> xsum;
-  if (w.nibbles || w.k_quants) {
-    xsum.resize(static_cast<size_t>(M * w.blocks));
-    BlockSums(qx, M * w.blocks, xsum.data());
-  }
+  // Over nibbles and K-quants: each row's block sums of x. BlockSums and FlipSignBits write
+  // through plain restrict pointers: indexing the thread_local vectors, an int8 store may alias
+  // the vector's own pointer, so GCC reloaded it (and the TLS address) a byte at a time;
+  // vectorized, the l768 Q8_0 prefill's 16 items on 2 threads no longer spend 19% of their time here.
+  const int32_t* xsum = w.nibbles || w.k_quants ? RowBlockSums(qx, M, w.blocks) : nullptr;
   // VNNI over int8 weights: the activations as x + 128 (flipping the sign bit), once per call.
   thread_local std::vector<int8_t> xu;
   if (kVnni && !w.nibbles) {
@@ -559,25 +566,25 @@ void MatmulBlocksOf(const int8_t* qx, const float* dx, int64_t M, const BlockMat
     if (w.k_quants) {
       if constexpr (kVnni) {
         if (w.nibbles) {
-          GroupRowsKVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+          GroupRowsKVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum, xu.data());
         } else {
-          GroupRowsKVnni<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+          GroupRowsKVnni<R, G, false>(qx, dx, m, w, g, y, ldy, xsum, xu.data());
         }
       } else if (w.nibbles) {
-        GroupRowsK<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data());
+        GroupRowsK<R, G, true>(qx, dx, m, w, g, y, ldy, xsum);
       } else {
-        GroupRowsK<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data());
+        GroupRowsK<R, G, false>(qx, dx, m, w, g, y, ldy, xsum);
       }
     } else if constexpr (kVnni) {
       if (w.nibbles) {
-        GroupRowsVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+        GroupRowsVnni<R, G, true>(qx, dx, m, w, g, y, ldy, xsum, xu.data());
       } else {
-        GroupRowsVnni<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data(), xu.data());
+        GroupRowsVnni<R, G, false>(qx, dx, m, w, g, y, ldy, xsum, xu.data());
       }
     } else if (w.nibbles) {
-      GroupRows<R, G, true>(qx, dx, m, w, g, y, ldy, xsum.data());
+      GroupRows<R, G, true>(qx, dx, m, w, g, y, ldy, xsum);
     } else {
-      GroupRows<R, G, false>(qx, dx, m, w, g, y, ldy, xsum.data());
+      GroupRows<R, G, false>(qx, dx, m, w, g, y, ldy, xsum);
     }
   };
   // Groups outermost, so that a group's records (K / 32 of them, a few KiB) stay in L1 while every
@@ -892,12 +899,10 @@ HWY_INLINE void GroupRowsKWidening(const int8_t* qx, const float* dx, int64_t m0
 
 void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin,
                       int64_t g_end, float* y, int64_t ldy) {
-  if (w.k_quants) {  // each row's block sums of x (integers), once per call
-    thread_local std::vector<int32_t> xsum;
-    xsum.resize(static_cast<size_t>(M * w.blocks));
-    BlockSums(qx, M * w.blocks, xsum.data());
+  if (w.k_quants) {
+    const int32_t* xsum = RowBlockSums(qx, M, w.blocks);
     for (int64_t g = g_begin; g < g_end; ++g)
-      RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKSdot<R>(qx, dx, m0, w, g, y, ldy, xsum.data()); });
+      RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKSdot<R>(qx, dx, m0, w, g, y, ldy, xsum); });
     return;
   }
   for (int64_t g = g_begin; g < g_end; ++g)
@@ -906,12 +911,10 @@ void MatmulBlocksSdot(const int8_t* qx, const float* dx, int64_t M, const BlockM
 
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
-  if (w.k_quants) {  // each row's block sums of x (integers), once per call
-    thread_local std::vector<int32_t> xsum;
-    xsum.resize(static_cast<size_t>(M * w.blocks));
-    BlockSums(qx, M * w.blocks, xsum.data());
+  if (w.k_quants) {
+    const int32_t* xsum = RowBlockSums(qx, M, w.blocks);
     for (int64_t g = g_begin; g < g_end; ++g)
-      RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKWidening<R>(qx, dx, m0, w, g, y, ldy, xsum.data()); });
+      RowTiles(M, [&]<int R>(int64_t m0) { GroupRowsKWidening<R>(qx, dx, m0, w, g, y, ldy, xsum); });
     return;
   }
   for (int64_t g = g_begin; g < g_end; ++g)
@@ -1094,12 +1097,10 @@ HWY_INLINE void TileRowsKSve(const int8_t* qx, const float* dx, const int32_t* x
 void MatmulBlocks(const int8_t* qx, const float* dx, int64_t M, const BlockMatrix& w, int64_t g_begin, int64_t g_end,
                   float* y, int64_t ldy) {
   const int64_t c_end = g_end * kBlockGroup, lanes = static_cast<int64_t>(svcntw());
-  if (w.k_quants) {  // each row's block sums of x (integers), once per call
-    thread_local std::vector<int32_t> xsum;
-    xsum.resize(static_cast<size_t>(M * w.blocks));
-    BlockSums(qx, M * w.blocks, xsum.data());
+  if (w.k_quants) {
+    const int32_t* xsum = RowBlockSums(qx, M, w.blocks);
     for (int64_t c0 = g_begin * kBlockGroup; c0 < c_end; c0 += lanes)
-      RowTiles(M, [&]<int R>(int64_t m0) { TileRowsKSve<R>(qx, dx, xsum.data(), m0, w, c0, c_end, y, ldy); });
+      RowTiles(M, [&]<int R>(int64_t m0) { TileRowsKSve<R>(qx, dx, xsum, m0, w, c0, c_end, y, ldy); });
     return;
   }
   for (int64_t c0 = g_begin * kBlockGroup; c0 < c_end; c0 += lanes)
