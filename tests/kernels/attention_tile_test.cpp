@@ -115,9 +115,17 @@ TEST(AttentionTile, PrefillTilesOverLongWindowsEqualTheReference) {
   }
 }
 
+// count lengths from 1, `step` apart.
+std::vector<int64_t> spread(int count, int64_t step) {
+  std::vector<int64_t> n;
+  for (int i = 0; i < count; ++i) n.push_back(1 + i * step);
+  return n;
+}
+
 TEST(AttentionTile, EqualAndSpreadLengthsEqualTheReference) {
   // Lengths not one apart: equal (the heads of a group at one position), spread by 2 to 100 keys
-  // (so that some queries' keys end blocks before others'), a tile whose first query reads 1 key.
+  // (so that some queries' keys end blocks before others'), a tile whose first query reads 1 key,
+  // and tiles of 16 to 33 such queries.
   const auto targets = simd::supported_kernels();
   uint64_t seed = 5000;
   for (int32_t hd : {32, 64, 40}) {
@@ -125,7 +133,11 @@ TEST(AttentionTile, EqualAndSpreadLengthsEqualTheReference) {
     seed += 3;
     const std::vector<std::vector<int64_t>> patterns = {
         std::vector<int64_t>(6, 300), std::vector<int64_t>(9, 1), {1, 2, 70, 130, 131, 500, 699, 700},
-        {5, 100, 200, 300, 400}, {64, 64, 65, 128, 129, 129, 256}};
+        {5, 100, 200, 300, 400}, {64, 64, 65, 128, 129, 129, 256},
+        // Whole vectors of queries (the x86 targets sum l with the queries in lanes) whose keys end
+        // in different blocks, equal, and far apart.
+        std::vector<int64_t>(16, 300), {1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 377, 400, 500, 600, 650, 700},
+        spread(33, 21)};
     for (const auto& n : patterns) {
       const Tile tile{0, n};
       const auto want = reference(w, tile);

@@ -406,5 +406,24 @@ TEST(ElementaryFunctions, SimdEqualsReferenceOnSampledBitPatterns) {
   }
 }
 
+// Every float whose exp is subnormal, rounds to zero or overflows (x in [-104.5, -87] and
+// [88, 89.5]): where exp's last step, p * 2^n, rounds (AVX-512 computes it with vscalefps,
+// the reference as two products: docs/ARITHMETIC.md).
+TEST(ElementaryFunctions, SimdExpEqualsReferenceWhereItsLastStepRounds) {
+  std::vector<float> x;
+  const auto every = [&x](float from, float to) {  // from < to, same sign
+    const uint32_t a = std::bit_cast<uint32_t>(from), b = std::bit_cast<uint32_t>(to);
+    for (uint32_t u = std::min(a, b); u <= std::max(a, b); ++u) x.push_back(std::bit_cast<float>(u));
+  };
+  every(-104.5f, -87.0f);
+  every(88.0f, 89.5f);
+  std::vector<float> want(x.size()), got(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = ref::exp_f32(x[i]);
+  for (const Kernels* k : targets()) {
+    k->exp(x.data(), got.data(), static_cast<int64_t>(x.size()));
+    expect_same(got, want, std::string(k->name) + " exp");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -339,6 +339,86 @@ HWY_INLINE void BlockValues(const float* s, int64_t ld_s, const int64_t* n, int6
   }
 }
 
+// dst[0, count) = src[0, count), vectors then floats: a value row (head_dim floats, 256 bytes at
+// head_dim 64) is too short for memmove's call to pay (it took a tenth of the tile's time).
+HWY_INLINE void CopyRow(const float* HWY_RESTRICT src, int32_t count, float* HWY_RESTRICT dst) {
+  const DF d;
+  const int32_t N = static_cast<int32_t>(hn::Lanes(d));
+  int32_t i = 0;
+  for (; i + N <= count; i += N) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
+  for (; i < count; ++i) dst[i] = src[i];
+}
+
+#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+
+// The rows' sums with the rows in lanes: out[i] = chain over j in [0, n[i]) of
+// rows[i * ld + j], from +0 in increasing j, for N rows (N the vector's lanes, n ascending).
+// Each block of N x N values is transposed (x86 shuffles: 64 on AVX-512, 24 on AVX2) so that
+// column j is one vector, lane i row i's value, and the N chains take one vector add per j
+// instead of N scalar adds and loads. Lanes at or past a row's n add +0, which leaves its sum as
+// it is (a sum of exponentials is never -0). Reads rows up to n[N - 1] rounded up to a whole
+// vector (a score row's length, ScoreRow).
+HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const int64_t* n, float* out) {
+  const DF d;
+  using V = hn::Vec<DF>;
+  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
+  static_assert(N == 16 || N == 8);
+  V sum = hn::Zero(d);
+  for (int64_t j0 = 0; j0 < n[N - 1]; j0 += N) {
+    decltype(V().raw) r[N], c[N];  // rows, then columns
+    for (int i = 0; i < N; ++i) {
+      V row = hn::LoadU(d, rows + i * ld + j0);
+      if (j0 + N > n[i]) row = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, n[i] - j0))), row);
+      r[i] = row.raw;
+    }
+#if HWY_TARGET <= HWY_AVX3
+    // Pairs of rows interleaved, then quads (u[4g + k], block b: rows 4g..4g+3 of column
+    // 4b + k), then the 4 x 4 transpose of 128-bit blocks.
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+      u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+      u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+      u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+      const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
+      const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88),
+                   v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+      c[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+      c[4 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+      c[8 + k] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+      c[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+#else
+    // Pairs of rows interleaved, then quads (u[4g + k], half b: rows 4g..4g+3 of column
+    // 4b + k), then the halves exchanged.
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {
+      u[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+      u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+      u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+      c[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+      c[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+#endif
+    for (int j = 0; j < N; ++j) sum = hn::Add(sum, V{c[j]});
+  }
+  hn::StoreU(sum, d, out);
+}
+#endif
+
 // Attention for a tile of nq > 3 queries of one key/value head, query i reading keys [0, n[i])
 // with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
 // value is the single-query kernel's: each score one chain over d, then per query the max, the
@@ -380,11 +460,15 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
     for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, si + j), m_v)), d, si + j);
     for (; j < n[i]; ++j) si[j] = ref::exp_f32(si[j] - m);
   }
-  // l per query: the chain of e in increasing j, eight queries' chains interleaved (each alone
-  // waits an add's latency per step), then four, two, one for the rest.
+  // l per query: the chain of e in increasing j; on x86 a vector's lanes of queries at once
+  // (RowSumsInLanes); else, and for the queries left, eight queries' chains interleaved (each
+  // alone waits an add's latency per step), then four, two, one.
   float l_all[kMaxTileQueries];
   const auto e_of = [&](float acc, int i, int64_t j) { return acc + s[i * ld + j]; };
   int i0 = 0;
+#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+  for (; i0 + N <= nq; i0 += static_cast<int>(N)) RowSumsInLanes(s + i0 * ld, ld, n + i0, l_all + i0);
+#endif
   for (; i0 + 8 <= nq; i0 += 8)
     Chains<8>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
   for (; i0 + 4 <= nq; i0 += 4)
@@ -396,7 +480,7 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
   // Weighted sums, block by block of values.
   for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
     const int64_t c1 = std::min(n_max, c0 + KB);
-    for (int64_t j = c0; j < c1; ++j) std::copy_n(v + j * ldv, head_dim, vb + (j - c0) * head_dim);
+    for (int64_t j = c0; j < c1; ++j) CopyRow(v + j * ldv, head_dim, vb + (j - c0) * head_dim);
     for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
       const int count = std::min(kGroupQueries, nq - i0);
       if (n[i0 + count - 1] <= c0) continue;
