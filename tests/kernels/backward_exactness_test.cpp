@@ -91,7 +91,7 @@ TEST(BackwardKernels, AttentionEqualsReference) {
   uint64_t seed = 500;
   for (const Kernels* k : simd::supported_kernels()) {
     for (int T : {1, 2, 5, 8, 9, 17, 23, 24, 25, 33, 49, 70, 130}) {
-      for (int hd : {2, 6, 8, 16, 20, 32}) {
+      for (int hd : {2, 6, 8, 16, 20, 32, 48, 64}) {
         for (int group : {1, 3}) {
           // Contiguous rows for even T (training's per-head-group layout), strided for odd T; the
           // gradients in a layout of their own.

@@ -304,7 +304,7 @@ TEST(Attention, WholeSequenceEqualsReferenceAtEveryPosition) {
   uint64_t seed = 900;
   for (const Kernels* k : targets()) {
     for (int T : {1, 2, 5, 8, 9, 23, 24, 25, 33, 49, 70, 130}) {
-      for (int hd : {2, 6, 8, 16, 20, 32, 40}) {
+      for (int hd : {2, 6, 8, 16, 20, 32, 40, 64}) {
         for (int group : {1, 3}) {
           const int64_t q_stride = group * hd + (T % 2 ? 2 : 0), kv_stride = hd + (T % 2), out_stride = group * hd + 1;
           const auto q = test::random_floats(T * q_stride, seed++), keys = test::random_floats(T * kv_stride, seed++);

@@ -39,6 +39,14 @@ using VF = hn::Vec<DF>;
 
 // Vectors of queries per block: a score tile of 4 keys x 3 vectors keeps 12 accumulators.
 constexpr size_t kBlockVectors = 3;
+// Where there are 32 vector registers (AVX-512, SVE), tiles twice as large: score tiles of 8 keys
+// (24 accumulators), key-gradient tiles of 6 keys, weighted sums of 6 queries. At head_dim 32
+// on AVX-512 (s256: two vectors) the smaller tiles kept 3 to 6 chains, fewer than the 8 that
+// cover the FMA latency on two pipes.
+constexpr bool kWideTiles = HWY_MAX_BYTES >= 64;
+constexpr int kScoreKeys = kWideTiles ? 8 : 4;
+constexpr int kGradKeys = kWideTiles ? 6 : 3;
+constexpr int kSumQueries = kWideTiles ? 6 : 3;
 // Rows of k (dq) or of q and dout (dk, dv) a pass takes at a time: 128 rows of head_dim 32 are
 // 16 KiB, which stay in L1 while the tiles pass over them again and again; a whole sequence's
 // rows would stream from L2 for every tile.
@@ -112,6 +120,10 @@ void KeyTiles(const float* xt, int64_t B, const float* rows, int64_t stride, int
   const int64_t end = (n - t0 + N - 1) / N;  // vectors holding queries
   auto first = [&](int64_t j0) { return j0 <= t0 ? 0 : (j0 - t0) / N; };  // first vector reaching key j0
   int64_t j0 = 0;
+  for (; j0 + kScoreKeys <= n; j0 += kScoreKeys) {
+    const int64_t u0 = first(j0);
+    KeyTileOf<kScoreKeys>(end - u0, xt + u0 * N, B, rows, stride, j0, head_dim, mul, out + u0 * N, ld);
+  }
   for (; j0 + 4 <= n; j0 += 4) {
     const int64_t u0 = first(j0);
     KeyTileOf<4>(end - u0, xt + u0 * N, B, rows, stride, j0, head_dim, mul, out + u0 * N, ld);
@@ -221,24 +233,25 @@ void BlockSoftmax(float* pt, float* st, int64_t ld, int64_t t0, int64_t n, float
 // (st: the block's column of query t0, w of key j and query t at st[j * ld + t - t0]): the
 // backward's dq (w = ds), and the forward's weighted sums of values before the division by l
 // (w = e, k = v). In chunks of kChunk keys, so that the chunk's rows of k stay in L1 while every
-// query of the block passes over them, the keys each triple of queries reaches together; then
-// each one's own last keys after them.
+// query of the block passes over them, the keys each group of kSumQueries queries reaches
+// together; then each one's own last keys after them.
 void BlockWeightedRows(const float* st, int64_t ld, const float* k, int64_t k_stride, int64_t t0, int64_t n,
                        int32_t head_dim, float* out, int64_t out_stride) {
+  constexpr int G = kSumQueries;
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t c1 = std::min(n, c0 + kChunk);
     int64_t t = t0;
-    for (; t + 3 <= n; t += 3)
+    for (; t + G <= n; t += G)
       if (c0 <= t)
-        WeightedRows<3>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
+        WeightedRows<G>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
                         out + t * out_stride, out_stride);
     for (; t < n; ++t)
       if (c0 <= t)
         WeightedRows<1>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
                         out + t * out_stride, out_stride);
   }
-  for (int64_t t = t0; t + 3 <= n; t += 3)
-    for (int64_t i = 1; i < 3; ++i)
+  for (int64_t t = t0; t + G <= n; t += G)
+    for (int64_t i = 1; i < G; ++i)
       WeightedRows<1>(st + (t + i - t0), 1, ld, k, k_stride, t + 1, t + i + 1, head_dim, false,
                       out + (t + i) * out_stride, out_stride);
 }
@@ -285,6 +298,8 @@ void KeyGradTiles(const float* w, int64_t ld, const float* y, int64_t y_stride, 
   int32_t d0 = 0;
   for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N))
     KeyGradTile<KB, 4>(w, ld, y, y_stride, j0, tb, te, d0, first, out, out_stride);
+  for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N))
+    KeyGradTile<KB, 2>(w, ld, y, y_stride, j0, tb, te, d0, first, out, out_stride);
   for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
     KeyGradTile<KB, 1>(w, ld, y, y_stride, j0, tb, te, d0, first, out, out_stride);
   for (; d0 < head_dim; ++d0)
@@ -300,13 +315,14 @@ void KeyGradTiles(const float* w, int64_t ld, const float* y, int64_t y_stride, 
 // across the keys.
 void KeyGrads(const float* w, int64_t ld, int64_t T, const float* y, int32_t head_dim, bool first_head, float* out,
               int64_t out_stride) {
-  constexpr int KB = 3;
   for (int64_t c0 = 0; c0 < T; c0 += kChunk) {
     const int64_t c1 = std::min(T, c0 + kChunk);
     // Keys below the chunk continue their chains; the chunk's own keys start theirs.
     auto keys = [&](int64_t jb, int64_t je, bool first) {
       int64_t j0 = jb;
-      for (; j0 + KB <= je; j0 += KB) KeyGradTiles<KB>(w, ld, y, head_dim, head_dim, j0, c0, c1, first, out, out_stride);
+      for (; j0 + kGradKeys <= je; j0 += kGradKeys)
+        KeyGradTiles<kGradKeys>(w, ld, y, head_dim, head_dim, j0, c0, c1, first, out, out_stride);
+      for (; j0 + 3 <= je; j0 += 3) KeyGradTiles<3>(w, ld, y, head_dim, head_dim, j0, c0, c1, first, out, out_stride);
       for (; j0 < je; ++j0) KeyGradTiles<1>(w, ld, y, head_dim, head_dim, j0, c0, c1, first, out, out_stride);
     };
     keys(0, c0, false);
