@@ -1,5 +1,5 @@
-// The weighted sums of rows both attention files run: attention's sum of values over the keys,
-// e_j v_j, and the backward's dq, ds_j k_j. Included once per Highway target (the include guard
+// The weighted sums of rows both attention files run (attention's sum of values over the keys,
+// e_j v_j, and the backward's dq, ds_j k_j) and the x86 square transposes both use. Included once per Highway target (the include guard
 // toggles with HWY_TARGET_TOGGLE), only where HWY_NATIVE_FMA holds.
 #if defined(LOCKSTEP_SIMD_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOCKSTEP_SIMD_ATTENTION_INL_H_
@@ -21,6 +21,55 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA
+
+#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+// An N x N block of floats transposed, N the lanes of a full vector (16 on AVX-512, 8 on AVX2):
+// lane i of column c[j] is lane j of row r[i]. Raw x86 registers (64 shuffles on AVX-512, 24
+// on AVX2): pairs of rows interleaved, then quads (u[4g + k], 128-bit block b: rows 4g..4g+3 of
+// column 4b + k), then the 128-bit blocks exchanged.
+#if HWY_TARGET <= HWY_AVX3
+HWY_INLINE void TransposeSquare(const __m512 (&r)[16], __m512 (&c)[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88),
+                 v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+    c[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    c[4 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    c[8 + k] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    c[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+#else
+HWY_INLINE void TransposeSquare(const __m256 (&r)[8], __m256 (&c)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 8; g += 4) {
+    u[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+    u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    c[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+    c[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+  }
+}
+#endif
+#endif
 
 // out_i[d0 .. d0 + U N) for QB queries i: the chain over keys j in [j_begin, j_end), in
 // increasing j, of fma(w[i * w_query + j * w_key], rows_j[d], acc), from +0 when `first`, else

@@ -371,48 +371,7 @@ HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const
       if (j0 + N > n[i]) row = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, n[i] - j0))), row);
       r[i] = row.raw;
     }
-#if HWY_TARGET <= HWY_AVX3
-    // Pairs of rows interleaved, then quads (u[4g + k], block b: rows 4g..4g+3 of column
-    // 4b + k), then the 4 x 4 transpose of 128-bit blocks.
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {
-      u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-      u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
-      u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-      u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int k = 0; k < 4; ++k) {
-      const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
-      const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88),
-                   v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
-      c[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-      c[4 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-      c[8 + k] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-      c[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-    }
-#else
-    // Pairs of rows interleaved, then quads (u[4g + k], half b: rows 4g..4g+3 of column
-    // 4b + k), then the halves exchanged.
-    __m256 t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 8; g += 4) {
-      u[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
-      u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
-      u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-      u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int k = 0; k < 4; ++k) {
-      c[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
-      c[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
-    }
-#endif
+    TransposeSquare(r, c);
     for (int j = 0; j < N; ++j) sum = hn::Add(sum, V{c[j]});
   }
   hn::StoreU(sum, d, out);

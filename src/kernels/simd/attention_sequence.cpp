@@ -353,11 +353,27 @@ const float* Rows(const float* x, int64_t x_stride, int64_t T, int32_t head_dim,
   return dst;
 }
 
-// xt[e][i] = x_{t0+i}[e] for the block's `count` queries, zero past them.
+// xt[e][i] = x_{t0+i}[e] for the block's `count` queries, zero past them. On x86, whole N x N
+// squares (N queries by N dimensions) go by vector transposes; the rest one float at a time.
 void PackBlock(const float* x, int64_t x_stride, int64_t count, int32_t head_dim, int64_t B, float* xt) {
+  int64_t whole_i = 0, whole_e = 0;  // [0, whole_i) x [0, whole_e) done by squares
+#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+  const DF d;
+  using V = hn::Vec<DF>;
+  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
+  whole_i = count / N * N;
+  whole_e = head_dim / N * N;
+  for (int64_t i0 = 0; i0 < whole_i; i0 += N)
+    for (int64_t e0 = 0; e0 < whole_e; e0 += N) {
+      decltype(V().raw) r[N], c[N];  // N queries' dimensions [e0, e0 + N), then N dimensions' queries
+      for (int i = 0; i < N; ++i) r[i] = hn::LoadU(d, x + (i0 + i) * x_stride + e0).raw;
+      TransposeSquare(r, c);
+      for (int e = 0; e < N; ++e) hn::StoreU(V{c[e]}, d, xt + (e0 + e) * B + i0);
+    }
+#endif
   for (int32_t e = 0; e < head_dim; ++e) {
     float* row = xt + static_cast<int64_t>(e) * B;
-    for (int64_t i = 0; i < count; ++i) row[i] = x[i * x_stride + e];
+    for (int64_t i = e < whole_e ? whole_i : 0; i < count; ++i) row[i] = x[i * x_stride + e];
     std::fill(row + count, row + B, 0.0f);
   }
 }
