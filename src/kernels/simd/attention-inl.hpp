@@ -1,6 +1,7 @@
 // The weighted sums of rows both attention files run (attention's sum of values over the keys,
-// e_j v_j, and the backward's dq, ds_j k_j) and the x86 square transposes both use. Included once per Highway target (the include guard
-// toggles with HWY_TARGET_TOGGLE), only where HWY_NATIVE_FMA holds.
+// e_j v_j, and the backward's dq, ds_j k_j) and the x86 square transposes both use. Included
+// once per Highway target (the include guard toggles with HWY_TARGET_TOGGLE), only where
+// HWY_NATIVE_FMA holds.
 #if defined(LOCKSTEP_SIMD_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOCKSTEP_SIMD_ATTENTION_INL_H_
 #undef LOCKSTEP_SIMD_ATTENTION_INL_H_

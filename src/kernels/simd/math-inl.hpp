@@ -26,8 +26,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // so that the result is p * 2^n rounded once, to nearest even, subnormal or infinite as it
 // falls. AVX-512's vscalefps computes p * 2^floor(n) rounded once under the same rounding (no
 // flush to zero: docs/ARITHMETIC.md), the same bits in one instruction where the two powers of
-// two take nine (checked over every float input of exp by tests/kernels/exactness_test.cpp's
-// sample, and over all 2^32 once by hand: bench/README.md).
+// two take nine. Checked for all 2^32 inputs of exp once by hand (bench/README.md); the
+// exactness tests compare a stride through them and every input whose result rounds here.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ScaleByPowerOfTwo(D d, V p, V n) {
 #if HWY_TARGET <= HWY_AVX3
