@@ -136,7 +136,8 @@ TEST(AttentionTile, EqualAndSpreadLengthsEqualTheReference) {
         {5, 100, 200, 300, 400}, {64, 64, 65, 128, 129, 129, 256},
         // Whole vectors of queries (the x86 targets sum l with the queries in lanes) whose keys end
         // in different blocks, equal, and far apart.
-        std::vector<int64_t>(16, 300), {1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 377, 400, 500, 600, 650, 700},
+        std::vector<int64_t>(16, 300),
+        {1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 377, 400, 500, 600, 650, 700},
         spread(33, 21)};
     for (const auto& n : patterns) {
       const Tile tile{0, n};

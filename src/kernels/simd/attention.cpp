@@ -368,7 +368,8 @@ HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const
     decltype(V().raw) r[N], c[N];  // rows, then columns
     for (int i = 0; i < N; ++i) {
       V row = hn::LoadU(d, rows + i * ld + j0);
-      if (j0 + N > n[i]) row = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, n[i] - j0))), row);
+      if (j0 + N > n[i])
+        row = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, n[i] - j0))), row);
       r[i] = row.raw;
     }
     TransposeSquare(r, c);
