@@ -2,6 +2,13 @@
 // e_j v_j, and the backward's dq, ds_j k_j) and the x86 square transposes both use. Included
 // once per Highway target (the include guard toggles with HWY_TARGET_TOGGLE), only where
 // HWY_NATIVE_FMA holds.
+
+// Whether the target being compiled has TransposeSquare (x86 AVX-512 and AVX2). A macro
+// expression, evaluated against HWY_TARGET wherever it is used.
+#ifndef LOCKSTEP_HAS_SQUARE_TRANSPOSE
+#define LOCKSTEP_HAS_SQUARE_TRANSPOSE (HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2)
+#endif
+
 #if defined(LOCKSTEP_SIMD_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOCKSTEP_SIMD_ATTENTION_INL_H_
 #undef LOCKSTEP_SIMD_ATTENTION_INL_H_
@@ -23,7 +30,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA
 
-#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
 // An N x N block of floats transposed, N the lanes of a full vector (16 on AVX-512, 8 on AVX2):
 // lane i of column c[j] is lane j of row r[i]. Raw x86 registers (64 shuffles on AVX-512, 24
 // on AVX2): pairs of rows interleaved, then quads (u[4g + k], 128-bit block b: rows 4g..4g+3 of

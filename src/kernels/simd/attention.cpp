@@ -349,7 +349,7 @@ HWY_INLINE void CopyRow(const float* HWY_RESTRICT src, int32_t count, float* HWY
   for (; i < count; ++i) dst[i] = src[i];
 }
 
-#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
 
 // The rows' sums with the rows in lanes: out[i] = chain over j in [0, n[i]) of
 // rows[i * ld + j], from +0 in increasing j, for N rows (N the vector's lanes, n ascending).
@@ -426,7 +426,7 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
   float l_all[kMaxTileQueries];
   const auto e_of = [&](float acc, int i, int64_t j) { return acc + s[i * ld + j]; };
   int i0 = 0;
-#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
   for (; i0 + N <= nq; i0 += static_cast<int>(N)) RowSumsInLanes(s + i0 * ld, ld, n + i0, l_all + i0);
 #endif
   for (; i0 + 8 <= nq; i0 += 8)

@@ -357,7 +357,7 @@ const float* Rows(const float* x, int64_t x_stride, int64_t T, int32_t head_dim,
 // squares (N queries by N dimensions) go by vector transposes; the rest one float at a time.
 void PackBlock(const float* x, int64_t x_stride, int64_t count, int32_t head_dim, int64_t B, float* xt) {
   int64_t whole_i = 0, whole_e = 0;  // [0, whole_i) x [0, whole_e) done by squares
-#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
   const DF d;
   using V = hn::Vec<DF>;
   constexpr int N = static_cast<int>(hn::MaxLanes(DF()));

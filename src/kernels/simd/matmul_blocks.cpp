@@ -832,6 +832,29 @@ LOCKSTEP_DOTPROD inline void GroupRowsKSdot(const int8_t* qx, const float* dx, i
 }
 #undef LOCKSTEP_DOTPROD
 
+// The integer sums of block b's quads [v_begin, v_end) with widening multiplies (Armv8.0, no
+// dot product): isum[r][h] lane i = output 4h + i's sum for row m0 + r.
+template <int R>
+HWY_INLINE void WideningSums(const int8_t* qx, int64_t m0, const BlockMatrix& w, const uint8_t* block, int64_t b,
+                             int v_begin, int v_end, int32x4_t (&isum)[R][2]) {
+  int32x4_t pairs[R][4];  // outputs (0, 1), (2, 3), (4, 5), (6, 7): lanes of pair sums
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) pairs[r][q] = vdupq_n_s32(0);
+  for (int v = v_begin; v < v_end; ++v) {
+    int8x16_t wv[2];
+    LoadQuadsNeon(w, block, v, wv);
+    for (int r = 0; r < R; ++r) {
+      const int8x16_t x = QuadNeon(qx, w.K, m0 + r, b, v);
+      for (int h = 0; h < 2; ++h) {
+        pairs[r][2 * h] = vpadalq_s16(pairs[r][2 * h], vmull_s8(vget_low_s8(wv[h]), vget_low_s8(x)));
+        pairs[r][2 * h + 1] = vpadalq_s16(pairs[r][2 * h + 1], vmull_high_s8(wv[h], x));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) isum[r][h] = vpaddq_s32(pairs[r][2 * h], pairs[r][2 * h + 1]);
+}
+
 // Rows [m0, m0 + R) of group g with widening multiplies (Armv8.0).
 template <int R>
 HWY_INLINE void GroupRowsWidening(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g,
@@ -839,31 +862,15 @@ HWY_INLINE void GroupRowsWidening(const int8_t* qx, const float* dx, int64_t m0,
   float32x4_t acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < w.blocks; ++b) {
-    const uint8_t* block = w.block(g, b);
-    int32x4_t pairs[R][4];  // outputs (0, 1), (2, 3), (4, 5), (6, 7): lanes of pair sums
-    for (int r = 0; r < R; ++r)
-      for (int q = 0; q < 4; ++q) pairs[r][q] = vdupq_n_s32(0);
-    for (int v = 0; v < 8; ++v) {
-      int8x16_t wv[2];
-      LoadQuadsNeon(w, block, v, wv);
-      for (int r = 0; r < R; ++r) {
-        const int8x16_t x = QuadNeon(qx, w.K, m0 + r, b, v);
-        for (int h = 0; h < 2; ++h) {
-          pairs[r][2 * h] = vpadalq_s16(pairs[r][2 * h], vmull_s8(vget_low_s8(wv[h]), vget_low_s8(x)));
-          pairs[r][2 * h + 1] = vpadalq_s16(pairs[r][2 * h + 1], vmull_high_s8(wv[h], x));
-        }
-      }
-    }
     int32x4_t isum[R][2];
-    for (int r = 0; r < R; ++r)
-      for (int h = 0; h < 2; ++h) isum[r][h] = vpaddq_s32(pairs[r][2 * h], pairs[r][2 * h + 1]);
+    WideningSums<R>(qx, m0, w, w.block(g, b), b, 0, 8, isum);
     ChainStepNeon<R>(isum, w, g, b, dx, m0, acc);
   }
   StoreRowsNeon<R>(acc, w, g, m0, y, ldy);
 }
 
-// K-quants with widening multiplies (Armv8.0): as GroupRowsWidening, the pair sums of inputs
-// 0-15 and of 16-31 apart, added into each output's two half sums, then KStepsNeon.
+// K-quants with widening multiplies (Armv8.0): WideningSums of inputs 0-15 and of 16-31
+// apart, each output's two half sums, then KStepsNeon.
 template <int R>
 HWY_INLINE void GroupRowsKWidening(const int8_t* qx, const float* dx, int64_t m0, const BlockMatrix& w, int64_t g,
                                    float* y, int64_t ldy, const int32_t* xsum) {
@@ -875,22 +882,10 @@ HWY_INLINE void GroupRowsKWidening(const int8_t* qx, const float* dx, int64_t m0
     const uint8_t* block = w.block(g, b);
     int32x4_t half[R][2][2];
     for (int part = 0; part < 2; ++part) {  // inputs 0-15 (quads 0-3), then 16-31
-      int32x4_t pairs[R][4];  // outputs (0, 1), (2, 3), (4, 5), (6, 7): lanes of pair sums
+      int32x4_t isum[R][2];
+      WideningSums<R>(qx, m0, w, block, b, 4 * part, 4 * part + 4, isum);
       for (int r = 0; r < R; ++r)
-        for (int q = 0; q < 4; ++q) pairs[r][q] = vdupq_n_s32(0);
-      for (int v = 4 * part; v < 4 * part + 4; ++v) {
-        int8x16_t wv[2];
-        LoadQuadsNeon(w, block, v, wv);
-        for (int r = 0; r < R; ++r) {
-          const int8x16_t x = QuadNeon(qx, w.K, m0 + r, b, v);
-          for (int h = 0; h < 2; ++h) {
-            pairs[r][2 * h] = vpadalq_s16(pairs[r][2 * h], vmull_s8(vget_low_s8(wv[h]), vget_low_s8(x)));
-            pairs[r][2 * h + 1] = vpadalq_s16(pairs[r][2 * h + 1], vmull_high_s8(wv[h], x));
-          }
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        for (int h = 0; h < 2; ++h) half[r][part][h] = vpaddq_s32(pairs[r][2 * h], pairs[r][2 * h + 1]);
+        for (int h = 0; h < 2; ++h) half[r][part][h] = isum[r][h];
     }
     KStepsNeon<R>(half, header, w, block, dx, xsum, m0, b, acc);
   }
