@@ -38,8 +38,9 @@ void BM_DecodeAttention(benchmark::State& state) {
         const float* v = kt + capacity * kv_dim;
         for (int64_t h = 0; h < heads; ++h)
           k.attention_queries(qkv.data() + s * qkv_ld + h * hd, qkv_ld, &keys, 1, kt + h * hd * simd::kKeysPerBlock,
-                              simd::key_block_stride(kv_dim), v + h * hd, kv_dim, static_cast<int32_t>(hd), scale, out.data() + s * kv_dim + h * hd,
-                              kv_dim, scratch.data());
+                              simd::key_block_stride(kv_dim), v + h * hd * simd::kKeysPerBlock, hd,
+                              simd::key_block_stride(kv_dim), static_cast<int32_t>(hd), scale,
+                              out.data() + s * kv_dim + h * hd, kv_dim, scratch.data());
       }
     benchmark::DoNotOptimize(out.data());
   }

@@ -58,7 +58,7 @@ void BM_DecodeStepSplit(benchmark::State& state) {
   for (int64_t l = 0; l < kLayers; ++l)
     layers.push_back({pack(kD, 3 * kD, 4 * l), pack(kD, kD, 4 * l + 1), pack(kD, 2 * kFf, 4 * l + 2), pack(kFf, kD, 4 * l + 3)});
   // Each session's cache as the fast path lays it out: keys [layer][cap / 16][kv_dim][16], values
-  // [layer][cap][kv_dim].
+  // [layer][cap / 16][heads][16][head_dim].
   const int64_t layer_floats = 2 * kCap * kD;
   std::vector<float> cache(static_cast<size_t>(kSessions * kLayers * layer_floats));
   for (size_t i = 0; i < cache.size(); ++i) cache[i] = static_cast<float>(random_normal(77, 0, i));
@@ -76,7 +76,9 @@ void BM_DecodeStepSplit(benchmark::State& state) {
       const float* v = kt + kCap * kD;
       for (int64_t hh = h0; hh < h1; ++hh)
         k.attention_queries(qkv.data() + s * 3 * kD + hh * kHd, 3 * kD, &kKeys, 1, kt + hh * kHd * simd::kKeysPerBlock,
-                            simd::key_block_stride(kD), v + hh * kHd, kD, static_cast<int32_t>(kHd), scale, att.data() + s * kD + hh * kHd, kD, sc);
+                            simd::key_block_stride(kD), v + hh * kHd * simd::kKeysPerBlock, kHd,
+                            simd::key_block_stride(kD), static_cast<int32_t>(kHd), scale,
+                            att.data() + s * kD + hh * kHd, kD, sc);
     }
   };
   auto half = [](const simd::PackedMatrix& b, int t) {

@@ -166,7 +166,7 @@ void BM_Attention(benchmark::State& state) {
             const int64_t keys[3] = {t + 1, t + 2, t + 3};
             const int count = static_cast<int>(std::min<int64_t>(3, T - t));
             k.attention_queries(qh + t * hd, hd, keys, count, kt.data() + u * hd * T, simd::key_block_stride(hd), vh, hd,
-                                hd, scale, o + t * qd, qd, scratch.data());
+                                simd::key_block_stride(hd), hd, scale, o + t * qd, qd, scratch.data());
           }
         }
       }

@@ -125,11 +125,11 @@ BENCHMARK(BM_WindowPrefill)->Apply(window_args)->UseRealTime()->Unit(benchmark::
 BENCHMARK(BM_WindowDecode)->Apply(window_args)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One layer's attention of a full-window prefill on one thread, as the fast path calls it (keys
-// in blocks of 16 positions [length / 16][kv_dim][16], values [length][kv_dim], queries in the fused qkv
-// rows, outputs [length][q_dim]): `queries` consecutive queries of one head per call. 3 is the kernel before tiling (three
-// queries sharing each key's loads, every key and value streamed once per three queries); more
-// take the tiled kernel. flops: 2 per multiply-add of QK^T and PV over the t + 1 keys of each
-// query. Args {shape, length, queries}.
+// in blocks of 16 positions [length / 16][kv_dim][16], values [length / 16][heads][16][head_dim],
+// queries in the fused qkv rows, outputs [length][q_dim]): `queries` consecutive queries of one
+// head per call. 3 is the kernel before tiling (three queries sharing each key's loads, every key
+// and value streamed once per three queries); more take the tiled kernel. flops: 2 per
+// multiply-add of QK^T and PV over the t + 1 keys of each query. Args {shape, length, queries}.
 void BM_WindowAttention(benchmark::State& state) {
   const int which = static_cast<int>(state.range(0));
   const int64_t T = state.range(1);
@@ -138,12 +138,13 @@ void BM_WindowAttention(benchmark::State& state) {
   const int64_t heads = c.n_heads, hd = c.d_model / c.n_heads, qd = heads * hd, qkv_ld = 3 * qd;
   const simd::Kernels& k = simd::best_kernels();
   std::vector<float> qkv(static_cast<size_t>(T * qkv_ld)), kt(static_cast<size_t>(simd::key_blocks(T) * simd::key_block_stride(qd))),
-      values(static_cast<size_t>(T * qd)), out(static_cast<size_t>(T * qd));
+      values(kt.size()), out(static_cast<size_t>(T * qd));
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(random_normal(7, 0, i));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t e = 0; e < qd; ++e) {
       kt[static_cast<size_t>(t / 16 * qd * 16 + e * 16 + t % 16)] = qkv[static_cast<size_t>(t * qkv_ld + qd + e)];
-      values[static_cast<size_t>(t * qd + e)] = qkv[static_cast<size_t>(t * qkv_ld + 2 * qd + e)];
+      values[static_cast<size_t>(t / 16 * qd * 16 + e / hd * hd * 16 + t % 16 * hd + e % hd)] =
+          qkv[static_cast<size_t>(t * qkv_ld + 2 * qd + e)];
     }
   std::vector<float> scratch(static_cast<size_t>(k.attention_queries_scratch(queries, T, static_cast<int32_t>(hd))));
   const float scale = 1.0f / 8.0f;
@@ -154,7 +155,8 @@ void BM_WindowAttention(benchmark::State& state) {
         const int count = static_cast<int>(std::min<int64_t>(queries, T - t));
         for (int i = 0; i < count; ++i) n[static_cast<size_t>(i)] = t + i + 1;
         k.attention_queries(qkv.data() + t * qkv_ld + h * hd, qkv_ld, n.data(), count, kt.data() + h * hd * 16,
-                            simd::key_block_stride(qd), values.data() + h * hd, qd, static_cast<int32_t>(hd), scale,
+                            simd::key_block_stride(qd), values.data() + h * hd * 16, hd, simd::key_block_stride(qd),
+                            static_cast<int32_t>(hd), scale,
                             out.data() + t * qd + h * hd, qd, scratch.data());
       }
     benchmark::DoNotOptimize(out.data());

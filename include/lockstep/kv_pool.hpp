@@ -4,9 +4,9 @@
 // them per call kept several times --cache-mb resident in malloc's arenas).
 //
 // Every slab holds one sequence's keys and values for the model's whole window:
-// n_layers * kv_dim * (length rounded up to a multiple of 16, the keys' whole blocks of 16
-// positions, + length) floats (slab_bytes(); 2 * n_layers * length * kv_dim when length is a
-// multiple of 16). The pool allocates new slabs while it
+// 2 * n_layers * kv_dim * (length rounded up to a multiple of 16: both go in whole blocks of 16
+// positions) floats (slab_bytes(); 2 * n_layers * length * kv_dim when length is a multiple of
+// 16). The pool allocates new slabs while it
 // holds fewer than max_bytes / slab_bytes() of them (its budget); past that, a taker first has
 // other holders give slabs back (a prefix cache sharing the pool evicts its least recently used
 // entries), and only when every slab is held does the pool allocate past the budget. Slabs

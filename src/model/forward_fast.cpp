@@ -30,10 +30,10 @@ namespace {
 
 using simd::Kernels;
 
-// Where one row's keys and values live: layer l's keys at keys + l * key_layer_stride (in blocks
-// of 16 positions, simd::kKeysPerBlock: [capacity / 16][kv_dim][16]), its values at values + l *
-// value_layer_stride ([capacity][kv_dim]). Both strides are 0 for a fresh row: one layer's
-// scratch, reused by every layer.
+// Where one row's keys and values live: layer l's keys at keys + l * key_layer_stride, its values
+// at values + l * value_layer_stride, both in blocks of 16 positions (simd::kKeysPerBlock; keys
+// [capacity / 16][kv_dim][16], values [capacity / 16][kv_heads][16][head_dim]: kernels.hpp). Both
+// strides are 0 for a fresh row: one layer's scratch, reused by every layer.
 struct KvView {
   float* keys = nullptr;
   float* values = nullptr;
@@ -41,9 +41,9 @@ struct KvView {
   int64_t value_layer_stride = 0;
 };
 
-// Scratch floats of a fresh row's keys (whole blocks) and values for one layer, n positions.
+// Scratch floats of a fresh row's keys and values (whole blocks of both) for one layer, n positions.
 int64_t fresh_kv_floats(int64_t n, int64_t kv_dim) {
-  return simd::key_blocks(n) * simd::key_block_stride(kv_dim) + n * kv_dim;
+  return 2 * simd::key_blocks(n) * simd::key_block_stride(kv_dim);
 }
 
 // The tokens a call computes: row r's positions [start[r], end[r]) are tokens
@@ -76,7 +76,7 @@ Plan make_plan(std::span<const RowWork> rows, int64_t kv_dim, int32_t n_layers, 
       v.keys = w.cache->keys();
       v.values = w.cache->values();
       v.key_layer_stride = w.cache->key_layer_floats();
-      v.value_layer_stride = static_cast<int64_t>(w.cache->capacity) * kv_dim;
+      v.value_layer_stride = w.cache->key_layer_floats();
     } else {
       v.keys = scratch;
       v.values = scratch + simd::key_blocks(w.out_end) * simd::key_block_stride(kv_dim);
@@ -269,12 +269,12 @@ KvCache& KvCache::operator=(KvCache&& o) noexcept {
 }
 
 void KvCache::copy_from(const KvCache& src, int32_t positions) {
-  const size_t n = static_cast<size_t>(positions);
-  // A layer's keys of positions [0, n): its first key_blocks(n) blocks, one contiguous run.
-  const size_t key_floats = static_cast<size_t>(simd::key_blocks(positions) * simd::key_block_stride(kv_dim));
+  // A layer's keys of positions [0, positions): its first key_blocks(positions) blocks, one
+  // contiguous run; its values likewise.
+  const size_t floats = static_cast<size_t>(simd::key_blocks(positions) * simd::key_block_stride(kv_dim));
   for (int32_t l = 0; l < n_layers; ++l) {
-    std::memcpy(layer_keys(l), src.layer_keys(l), key_floats * sizeof(float));
-    std::memcpy(layer_values(l), src.layer_values(l), n * static_cast<size_t>(kv_dim) * sizeof(float));
+    std::memcpy(layer_keys(l), src.layer_keys(l), floats * sizeof(float));
+    std::memcpy(layer_values(l), src.layer_values(l), floats * sizeof(float));
   }
 }
 
@@ -436,8 +436,12 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           const float* sin_row = m.rope_sin.data() + pos * half;
           k.rope(row, c.n_heads, static_cast<int32_t>(hd), cos_row, sin_row);
           k.rope(row + q_dim, c.n_kv_heads, static_cast<int32_t>(hd), cos_row, sin_row);
-          std::memcpy(kv.values + l * kv.value_layer_stride + pos * kv_dim, row + q_dim + kv_dim,
-                      static_cast<size_t>(kv_dim) * sizeof(float));
+          // Each head's value row into its block's run of 16 rows.
+          float* values =
+              kv.values + l * kv.value_layer_stride + simd::value_row(pos, hd, simd::key_block_stride(kv_dim));
+          for (int32_t g = 0; g < c.n_kv_heads; ++g)
+            std::memcpy(values + g * hd * simd::kKeysPerBlock, row + q_dim + kv_dim + g * hd,
+                        static_cast<size_t>(hd) * sizeof(float));
         }
         // Keys into their blocks of 16 positions, a run of one row's tokens (consecutive
         // positions) within one block at a time with the key dimension outer: each dimension's
@@ -466,8 +470,9 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           float* out = att + it.token * q_dim + it.head * hd;
           k.attention_queries(qkv + it.token * qkv_ld + it.head * hd, qkv_ld, keys, it.count,
                               kv.keys + l * kv.key_layer_stride + g * hd * simd::kKeysPerBlock,
-                              simd::key_block_stride(kv_dim), kv.values + l * kv.value_layer_stride + g * hd,
-                              kv_dim, static_cast<int32_t>(hd),
+                              simd::key_block_stride(kv_dim),
+                              kv.values + l * kv.value_layer_stride + g * hd * simd::kKeysPerBlock, hd,
+                              simd::key_block_stride(kv_dim), static_cast<int32_t>(hd),
                               m.attention_scale, out, q_dim, scratch);
           if (bf16)
             for (int32_t i = 0; i < it.count; ++i) k.round_bf16(out + i * q_dim, out + i * q_dim, hd);

@@ -18,9 +18,10 @@ inline size_t kv_key_floats(int32_t n_layers, int32_t kv_dim, int32_t capacity) 
   return static_cast<size_t>(n_layers) * static_cast<size_t>(simd::key_blocks(capacity)) *
          static_cast<size_t>(simd::key_block_stride(kv_dim));
 }
-// The values for every layer, [n_layers][capacity][kv_dim].
+// The values for every layer, in blocks too ([n_layers][capacity / 16][kv_heads][16][head_dim]):
+// as many floats as the keys.
 inline size_t kv_value_floats(int32_t n_layers, int32_t kv_dim, int32_t capacity) {
-  return static_cast<size_t>(n_layers) * static_cast<size_t>(capacity) * static_cast<size_t>(kv_dim);
+  return kv_key_floats(n_layers, kv_dim, capacity);
 }
 
 struct KvPool::Impl {

@@ -144,12 +144,13 @@ struct Model::Impl {
   int threads_for(const CallOptions& call) const;
 };
 
-// The keys and values of one sequence for every layer, in the fast path's layout: keys in blocks
-// of 16 positions, [n_layers][capacity / 16][kv_dim][16] with capacity rounded up to whole blocks
-// (key j's e-th value at (j / 16) * kv_dim * 16 + e * 16 + j % 16: attention's lanes run along j,
-// and positions [0, n) of a layer are one contiguous prefix of its memory; simd::kKeysPerBlock),
-// values [n_layers][capacity][kv_dim]. Both live in one block: a slab of a KvPool (given back when
-// the cache goes; capacity is then the pool's window), or the cache's own allocation. The values
+// The keys and values of one sequence for every layer, in the fast path's layout: both in blocks
+// of 16 positions with capacity rounded up to whole blocks, keys [n_layers][capacity / 16][kv_dim]
+// [16] (key j's e-th value at (j / 16) * kv_dim * 16 + e * 16 + j % 16: attention's lanes run
+// along j), values [n_layers][capacity / 16][kv_heads][16][head_dim] (each head's 16 rows in a
+// run: simd::value_row); positions [0, n) of a layer are one contiguous prefix of its memory, its
+// first key_blocks(n) blocks. Both live in one block: a slab of a KvPool (given back when the
+// cache goes; capacity is then the pool's window), or the cache's own allocation. The values
 // start 64-byte aligned after the keys.
 struct KvCache {
   int32_t capacity = 0;
@@ -167,8 +168,8 @@ struct KvCache {
   KvCache& operator=(KvCache&& other) noexcept;
 
   // Copies `source`'s first `positions` (same n_layers and kv_dim, capacities at least
-  // `positions`) into this cache: per layer the keys' whole blocks below `positions` (the last one
-  // whole, its positions past `positions` included) and the values' first `positions` rows.
+  // `positions`) into this cache: per layer the keys' and the values' whole blocks below
+  // `positions` (the last one whole, its positions past `positions` included).
   void copy_from(const KvCache& source, int32_t positions);
   KvCache copy(int32_t positions) const;  // a cache of its own holding this one's first `positions`
   float* keys() const { return data_; }
@@ -176,11 +177,10 @@ struct KvCache {
   // One layer's keys: key_blocks(capacity) blocks, key_block_stride(kv_dim) floats apart.
   int64_t key_layer_floats() const { return simd::key_blocks(capacity) * simd::key_block_stride(kv_dim); }
   float* layer_keys(int32_t l) const { return keys() + static_cast<int64_t>(l) * key_layer_floats(); }
-  float* layer_values(int32_t l) const { return values() + static_cast<int64_t>(l) * capacity * kv_dim; }
-  // The keys' whole blocks and the values.
-  size_t bytes() const {
-    return (key_floats_ + static_cast<size_t>(n_layers) * static_cast<size_t>(capacity) * kv_dim) * sizeof(float);
-  }
+  // One layer's values: as many floats as its keys.
+  float* layer_values(int32_t l) const { return values() + static_cast<int64_t>(l) * key_layer_floats(); }
+  // The keys' and the values' whole blocks.
+  size_t bytes() const { return 2 * key_floats_ * sizeof(float); }
   // The pool its memory is a slab of; null when it is its own.
   const KvPool* pool() const { return pool_.get(); }
 

@@ -1,8 +1,8 @@
 // Prefill's tiles of queries over long windows (attention_queries with more than three queries,
 // kernels/simd/attention.cpp) against ref::attention, with memcmp, for every SIMD target this
-// machine runs, keys in the fast path's blocks of 16 positions: windows T around the tile's spans,
-// the key blocks and vector widths up to 2053 keys, the head dims
-// of s256 (32) and l768 (64) and one that is neither (24), tiles of 4 to 100 queries (past
+// machine runs, keys and values in the fast path's blocks of 16 positions (values also as rows):
+// windows T around the tile's spans, the key blocks and vector widths up to 2053 keys, the head
+// dims of s256 (32) and l768 (64) and one that is neither (24), tiles of 4 to 100 queries (past
 // kMaxTileQueries, which splits), tiles starting anywhere (a cached prefix), equal and spread
 // lengths. The reference runs once per case and every target is compared with it; windows of
 // 1031 and 2053 compute three tiles each (the first, one from mid-window, the last), shorter ones
@@ -26,22 +26,24 @@ namespace {
 
 using simd::Kernels;
 
-// One window: keys and values as rows [T][stride] (the reference's layout), keys also in the fast
-// path's blocks (the second head of two, `dim` = 2 hd: kt's head starts at hd * 16; the other
-// head's floats and the last block's past T are NaN, which no output may read), queries at
-// q_stride, outputs at out_stride.
+// One window: keys and values as rows [T][stride] (the reference's layout), both also in the
+// fast path's blocks (the second head of two, `dim` = 2 hd: kt's and vt's head starts at hd * 16;
+// the other head's floats and the last block's past T are NaN, which no output may read),
+// queries at q_stride, outputs at out_stride.
 struct Window {
   int64_t T, dim, stride, q_stride, out_stride;
   int32_t hd;
-  std::vector<float> q, keys, values, kt;
+  std::vector<float> q, keys, values, kt, vt;
 };
 
 Window make_window(int64_t T, int32_t hd, uint64_t seed) {
-  Window w{T, 2 * int64_t{hd}, hd + 5, hd + 2, hd + 1, hd, {}, {}, {}, {}};
+  Window w{T, 2 * int64_t{hd}, hd + 5, hd + 2, hd + 1, hd, {}, {}, {}, {}, {}};
   w.q = test::random_floats(T * w.q_stride, seed);
   w.keys = test::random_floats(T * w.stride, seed + 1);
   w.values = test::random_floats(T * w.stride, seed + 2);
-  w.kt = test::blocked_keys(w.keys.data(), w.stride, T, hd, w.dim, hd, std::bit_cast<float>(0x7fc00001u));
+  const float nan = std::bit_cast<float>(0x7fc00001u);
+  w.kt = test::blocked_keys(w.keys.data(), w.stride, T, hd, w.dim, hd, nan);
+  w.vt = test::blocked_values(w.values.data(), w.stride, T, hd, w.dim, 1, nan);
   return w;
 }
 
@@ -61,16 +63,20 @@ std::vector<float> reference(const Window& w, const Tile& tile) {
   return out;
 }
 
-std::vector<float> fast(const Kernels& k, const Window& w, const Tile& tile) {
+// The values in their blocks (the KV cache's layout), or with `value_rows` as the rows.
+std::vector<float> fast(const Kernels& k, const Window& w, const Tile& tile, bool value_rows = false) {
   const int nq = static_cast<int>(tile.n.size());
   const int64_t n_max = tile.n.back();
   std::vector<float> out(static_cast<size_t>(nq * w.out_stride), 0.0f);
   // Scratch poisoned with NaN: nothing may read what it did not write.
   std::vector<float> scratch(static_cast<size_t>(k.attention_queries_scratch(nq, n_max, w.hd)),
                              std::bit_cast<float>(0x7fc00001u));
+  const int64_t bs = simd::key_block_stride(w.dim);
+  const float* v = value_rows ? w.values.data() : w.vt.data() + w.hd * simd::kKeysPerBlock;
   k.attention_queries(w.q.data() + tile.t0 * w.q_stride, w.q_stride, tile.n.data(), nq,
-                      w.kt.data() + w.hd * simd::kKeysPerBlock, simd::key_block_stride(w.dim), w.values.data(),
-                      w.stride, w.hd, ref::attention_scale<float>(w.hd), out.data(), w.out_stride, scratch.data());
+                      w.kt.data() + w.hd * simd::kKeysPerBlock, bs, v, value_rows ? w.stride : w.hd,
+                      value_rows ? simd::kKeysPerBlock * w.stride : bs, w.hd, ref::attention_scale<float>(w.hd),
+                      out.data(), w.out_stride, scratch.data());
   return out;
 }
 
@@ -143,9 +149,10 @@ TEST(AttentionTile, EqualAndSpreadLengthsEqualTheReference) {
       const Tile tile{0, n};
       const auto want = reference(w, tile);
       for (const Kernels* k : targets)
-        expect_same(fast(*k, w, tile), want,
-                    std::string(k->name) + " hd=" + std::to_string(hd) + " " + std::to_string(n.size()) +
-                        " queries up to " + std::to_string(n.back()) + " keys");
+        for (const bool rows : {false, true})
+          expect_same(fast(*k, w, tile, rows), want,
+                      std::string(k->name) + " hd=" + std::to_string(hd) + " " + std::to_string(n.size()) +
+                          " queries up to " + std::to_string(n.back()) + " keys" + (rows ? ", values as rows" : ""));
     }
   }
 }

@@ -252,13 +252,19 @@ TEST(Attention, EqualsReferenceWithBlockedKeys) {
         // real one (a partial last vector reads them), and must be dropped.
         std::vector<float> fill(static_cast<size_t>(hd));
         for (int d = 0; d < hd; ++d) fill[static_cast<size_t>(d)] = q[static_cast<size_t>(d)] > 0 ? 1e4f : -1e4f;
+        // The values as rows (v_block_stride 16 rows), and in their blocks beside the keys'.
         for (const int heads : {1, 3}) {
-          const int64_t dim = int64_t{heads} * hd, first = heads / 2 * hd;
+          const int64_t dim = int64_t{heads} * hd, first = heads / 2 * hd, bs = simd::key_block_stride(dim);
           const auto kt = test::blocked_keys(keys.data(), stride, n, hd, dim, first, 1e4f, fill);
-          k->attention(q.data(), kt.data() + first * simd::kKeysPerBlock, simd::key_block_stride(dim), values.data(),
-                       stride, n, hd, scale, got.data(), scratch.data());
+          const auto vb = test::blocked_values(values.data(), stride, n, hd, dim, heads / 2, 1e4f);
+          k->attention(q.data(), kt.data() + first * simd::kKeysPerBlock, bs, values.data(), stride,
+                       simd::kKeysPerBlock * stride, n, hd, scale, got.data(), scratch.data());
           expect_same(got, want, std::string(k->name) + " attention n=" + std::to_string(n) + " hd=" + std::to_string(hd) +
                                      " heads=" + std::to_string(heads));
+          k->attention(q.data(), kt.data() + first * simd::kKeysPerBlock, bs, vb.data() + first * simd::kKeysPerBlock,
+                       hd, bs, n, hd, scale, got.data(), scratch.data());
+          expect_same(got, want, std::string(k->name) + " attention, values in blocks, n=" + std::to_string(n) +
+                                     " hd=" + std::to_string(hd) + " heads=" + std::to_string(heads));
         }
       }
     }
@@ -285,12 +291,18 @@ TEST(Attention, SeveralQueriesAtOnceEqualOneAtATime) {
           std::vector<float> want(static_cast<size_t>(nq * out_stride), 0.0f), got(want.size(), 0.0f);
           std::vector<float> scratch(static_cast<size_t>(nq * n_max));
           for (int i = 0; i < nq; ++i)
-            k->attention(q.data() + i * q_stride, kt, bs, v.data(), ldv, n[i], hd, scale,
+            k->attention(q.data() + i * q_stride, kt, bs, v.data(), ldv, simd::kKeysPerBlock * ldv, n[i], hd, scale,
                          want.data() + i * out_stride, scratch.data());
-          k->attention_queries(q.data(), q_stride, n, nq, kt, bs, v.data(), ldv, hd, scale, got.data(),
-                               out_stride, scratch.data());
+          k->attention_queries(q.data(), q_stride, n, nq, kt, bs, v.data(), ldv, simd::kKeysPerBlock * ldv, hd,
+                               scale, got.data(), out_stride, scratch.data());
           expect_same(got, want, std::string(k->name) + " attention_queries nq=" + std::to_string(nq) +
                                      " n0=" + std::to_string(n0) + " hd=" + std::to_string(hd));
+          // The values in blocks of one head (rows hd apart, blocks 16 hd apart).
+          const auto vb = test::blocked_values(v.data(), ldv, n_max, hd, hd, 0, 0.0f);
+          k->attention_queries(q.data(), q_stride, n, nq, kt, bs, vb.data(), hd, simd::key_block_stride(hd), hd,
+                               scale, got.data(), out_stride, scratch.data());
+          expect_same(got, want, std::string(k->name) + " attention_queries, values in blocks, nq=" +
+                                     std::to_string(nq) + " n0=" + std::to_string(n0) + " hd=" + std::to_string(hd));
         }
       }
     }

@@ -56,22 +56,22 @@ TEST(KeyBlocks, SessionsAcrossBlockEdgesEqualTheReference) {
 TEST(KeyBlocks, CopyFromCopiesPrefixesEndingAnywhereInABlock) {
   const int32_t layers = 2, dim = 12;
   KvCache source(layers, dim, kWindow);
-  // Key j's e-th value of layer l is 1000 l + 100 e + j (exact in f32), at its blocked address.
+  // Key j's e-th value of layer l is 1000 l + 100 e + j (exact in f32), at its blocked address;
+  // value j's e-th its negative, at its own (one head of `dim`: rows dim apart within a block).
   for (int32_t l = 0; l < layers; ++l)
     for (int32_t e = 0; e < dim; ++e)
       for (int32_t j = 0; j < kWindow; ++j) {
         const float v = static_cast<float>(1000 * l + 100 * e + j);
         source.layer_keys(l)[j / simd::kKeysPerBlock * simd::key_block_stride(dim) + e * simd::kKeysPerBlock +
                              j % simd::kKeysPerBlock] = v;
-        source.layer_values(l)[j * dim + e] = -v;
+        source.layer_values(l)[simd::value_row(j, dim, simd::key_block_stride(dim)) + e] = -v;
       }
-  EXPECT_EQ(source.bytes(), (static_cast<size_t>(layers) * 3 * 16 * dim + static_cast<size_t>(layers) * kWindow * dim) *
-                                sizeof(float));
+  EXPECT_EQ(source.bytes(), static_cast<size_t>(layers) * 2 * 3 * 16 * dim * sizeof(float));
   for (const int32_t n : {1, 15, 16, 17, 20, 31, 33, 37, 41}) {
     KvCache copy(layers, dim, kWindow);
     for (int32_t l = 0; l < layers; ++l) {
       std::fill_n(copy.layer_keys(l), simd::key_blocks(kWindow) * simd::key_block_stride(dim), -1.0f);
-      std::fill_n(copy.layer_values(l), kWindow * dim, 1.0f);
+      std::fill_n(copy.layer_values(l), simd::key_blocks(kWindow) * simd::key_block_stride(dim), 1.0f);
     }
     copy.copy_from(source, n);
     for (int32_t l = 0; l < layers; ++l)
@@ -79,12 +79,12 @@ TEST(KeyBlocks, CopyFromCopiesPrefixesEndingAnywhereInABlock) {
         for (int32_t j = 0; j < kWindow; ++j) {
           const float key = copy.layer_keys(l)[j / simd::kKeysPerBlock * simd::key_block_stride(dim) +
                                                e * simd::kKeysPerBlock + j % simd::kKeysPerBlock];
-          const float value = copy.layer_values(l)[j * dim + e];
+          const float value = copy.layer_values(l)[simd::value_row(j, dim, simd::key_block_stride(dim)) + e];
           const float want = static_cast<float>(1000 * l + 100 * e + j);
-          // Positions below n are copied; the keys' last block goes whole, the values stop at n.
-          const bool key_copied = j < simd::key_blocks(n) * simd::kKeysPerBlock;
-          ASSERT_EQ(key, key_copied ? want : -1.0f) << "n " << n << " layer " << l << " e " << e << " j " << j;
-          ASSERT_EQ(value, j < n ? -want : 1.0f) << "n " << n << " layer " << l << " e " << e << " j " << j;
+          // Positions below n are copied, the last block whole for both.
+          const bool copied = j < simd::key_blocks(n) * simd::kKeysPerBlock;
+          ASSERT_EQ(key, copied ? want : -1.0f) << "n " << n << " layer " << l << " e " << e << " j " << j;
+          ASSERT_EQ(value, copied ? -want : 1.0f) << "n " << n << " layer " << l << " e " << e << " j " << j;
         }
   }
 }

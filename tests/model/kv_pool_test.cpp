@@ -16,11 +16,11 @@
 namespace lockstep {
 namespace {
 
-// One window's keys and values: the keys in whole blocks of 16 positions (the window rounded up:
-// kernels/simd/kernels.hpp), the values at the window.
+// One window's keys and values, both in whole blocks of 16 positions (the window rounded up:
+// kernels/simd/kernels.hpp).
 size_t window_bytes(const ModelConfig& c) {
-  const size_t key_positions = (static_cast<size_t>(c.length) + 15) / 16 * 16;
-  return static_cast<size_t>(c.n_layers) * (key_positions + static_cast<size_t>(c.length)) * c.kv_dim() * sizeof(float);
+  const size_t positions = (static_cast<size_t>(c.length) + 15) / 16 * 16;
+  return static_cast<size_t>(c.n_layers) * 2 * positions * c.kv_dim() * sizeof(float);
 }
 
 // `count` calls of distinct random windows (at the last position), run `batch` at a time through

@@ -1,5 +1,6 @@
-// Keys in the fast path's blocked layout (kernels/simd/kernels.hpp, simd::kKeysPerBlock) from
-// the reference's rows, for the attention kernels' memcmp tests and benchmarks' inputs.
+// Keys and values in the fast path's blocked layouts (kernels/simd/kernels.hpp,
+// simd::kKeysPerBlock) from the reference's rows, for the attention kernels' memcmp tests and
+// benchmarks' inputs.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,22 @@ inline std::vector<float> blocked_keys(const float* keys, int64_t stride, int64_
         if (j < n) at = keys[j * stride + d];
         else if (!fill.empty()) at = fill[static_cast<size_t>(d)];
       }
+  return out;
+}
+
+// Value rows [n][stride] as head `head` (its rows of hd floats) of a cache of `dim` dimensions in
+// blocks: [key_blocks(n)][dim / hd][16][hd], value j's d-th at (j / 16) * dim * 16 + head * hd *
+// 16 + (j % 16) * hd + d (simd::value_row). Every other float holds `other`. The head's values for
+// the kernels start at head * hd * 16, rows hd apart within a block, blocks key_block_stride(dim)
+// apart.
+inline std::vector<float> blocked_values(const float* values, int64_t stride, int64_t n, int32_t hd, int64_t dim,
+                                         int64_t head, float other) {
+  const int64_t bs = simd::key_block_stride(dim);
+  std::vector<float> out(static_cast<size_t>(simd::key_blocks(n) * bs), other);
+  for (int64_t j = 0; j < n; ++j)
+    for (int32_t d = 0; d < hd; ++d)
+      out[static_cast<size_t>(head * hd * simd::kKeysPerBlock + simd::value_row(j, hd, bs) + d)] =
+          values[j * stride + d];
   return out;
 }
 

@@ -18,9 +18,11 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "kernels/ref/math.hpp"
+#include "kernels/simd/kernels.hpp"
 #include "kernels/simd/tile-inl.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -80,26 +82,33 @@ HWY_INLINE void TransposeSquare(const __m256 (&r)[8], __m256 (&c)[8]) {
 #endif
 
 // out_i[d0 .. d0 + U N) for QB queries i: the chain over keys j in [j_begin, j_end), in
-// increasing j, of fma(w[i * w_query + j * w_key], rows_j[d], acc), from +0 when `first`, else
-// continuing from out (an exact round trip). The queries share the rows' loads.
+// increasing j, of fma(w[i * w_query + j * w_key], row_j[d], acc), from +0 when `first`, else
+// continuing from out (an exact round trip). Row j at rows + value_row(j, row_stride,
+// block_stride) (kernels.hpp: runs of kKeysPerBlock rows row_stride apart, the runs block_stride
+// apart; plain rows have block_stride = 16 row_stride). The queries share the rows' loads.
 template <int QB, int U>
 HWY_INLINE void WeightedRowsTile(const float* HWY_RESTRICT w, int64_t w_query, int64_t w_key,
-                                 const float* HWY_RESTRICT rows, int64_t row_stride, int64_t j_begin, int64_t j_end,
-                                 int32_t d0, bool first, float* HWY_RESTRICT out, int64_t out_stride) {
+                                 const float* HWY_RESTRICT rows, int64_t row_stride, int64_t block_stride,
+                                 int64_t j_begin, int64_t j_end, int32_t d0, bool first, float* HWY_RESTRICT out,
+                                 int64_t out_stride) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto at = [&](size_t I) LOCKSTEP_LAMBDA_INLINE { return static_cast<int64_t>(I / U) * out_stride + d0 + static_cast<int64_t>(I % U) * N; };
   // Accumulator I: query I / U, vector I % U (tile-inl.hpp).
   WithTile<QB * U>([&](auto I) LOCKSTEP_LAMBDA_INLINE { return first ? hn::Zero(d) : hn::LoadU(d, out + at(decltype(I)::value)); },
                    [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
-                     for (int64_t j = j_begin; j < j_end; ++j) {
-                       // Each row vector and each weight is loaded once (the repeats fold away).
-                       const auto fma = [&](hn::Vec<decltype(d)>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
-                         const auto wj = hn::Set(d, w[static_cast<int64_t>(I_ / U) * w_query + j * w_key]);
-                         const auto rv = hn::LoadU(d, rows + j * row_stride + d0 + static_cast<int64_t>(I_ % U) * N);
-                         a_iu = hn::MulAdd(wj, rv, a_iu);
-                       };
-                       (fma(acc, I), ...);
+                     for (int64_t j = j_begin; j < j_end;) {  // run by run of rows
+                       const int64_t run_end = std::min(j_end, (j / kKeysPerBlock + 1) * kKeysPerBlock);
+                       const float* row = rows + value_row(j, row_stride, block_stride) + d0;
+                       for (; j < run_end; ++j, row += row_stride) {
+                         // Each row vector and each weight is loaded once (the repeats fold away).
+                         const auto fma = [&](hn::Vec<decltype(d)>& a_iu, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+                           const auto wj = hn::Set(d, w[static_cast<int64_t>(I_ / U) * w_query + j * w_key]);
+                           const auto rv = hn::LoadU(d, row + static_cast<int64_t>(I_ % U) * N);
+                           a_iu = hn::MulAdd(wj, rv, a_iu);
+                         };
+                         (fma(acc, I), ...);
+                       }
                      }
                      (hn::StoreU(acc, d, out + at(I)), ...);
                    });
@@ -109,21 +118,24 @@ HWY_INLINE void WeightedRowsTile(const float* HWY_RESTRICT w, int64_t w_query, i
 // then scalar chains.
 template <int QB>
 HWY_INLINE void WeightedRows(const float* w, int64_t w_query, int64_t w_key, const float* rows, int64_t row_stride,
-                             int64_t j_begin, int64_t j_end, int32_t head_dim, bool first, float* out,
-                             int64_t out_stride) {
+                             int64_t block_stride, int64_t j_begin, int64_t j_end, int32_t head_dim, bool first,
+                             float* out, int64_t out_stride) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   int32_t d0 = 0;
   for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N))
-    WeightedRowsTile<QB, 4>(w, w_query, w_key, rows, row_stride, j_begin, j_end, d0, first, out, out_stride);
+    WeightedRowsTile<QB, 4>(w, w_query, w_key, rows, row_stride, block_stride, j_begin, j_end, d0, first, out,
+                            out_stride);
   for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N))
-    WeightedRowsTile<QB, 2>(w, w_query, w_key, rows, row_stride, j_begin, j_end, d0, first, out, out_stride);
+    WeightedRowsTile<QB, 2>(w, w_query, w_key, rows, row_stride, block_stride, j_begin, j_end, d0, first, out,
+                            out_stride);
   for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N))
-    WeightedRowsTile<QB, 1>(w, w_query, w_key, rows, row_stride, j_begin, j_end, d0, first, out, out_stride);
+    WeightedRowsTile<QB, 1>(w, w_query, w_key, rows, row_stride, block_stride, j_begin, j_end, d0, first, out,
+                            out_stride);
   for (; d0 < head_dim; ++d0)
     for (int i = 0; i < QB; ++i) {
       float acc = first ? 0.0f : out[i * out_stride + d0];
       for (int64_t j = j_begin; j < j_end; ++j)
-        acc = ref::fma_f32(w[i * w_query + j * w_key], rows[j * row_stride + d0], acc);
+        acc = ref::fma_f32(w[i * w_query + j * w_key], rows[value_row(j, row_stride, block_stride) + d0], acc);
       out[i * out_stride + d0] = acc;
     }
 }

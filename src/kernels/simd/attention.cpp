@@ -90,21 +90,25 @@ HWY_INLINE decltype(auto) ForCount(int64_t count, const F& f) {
   }
 }
 
-// out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled.
-// With `l`, the first tile also runs the softmax denominator's chain, *l = sum of e_j in
-// increasing j from +0, beside its own (both are latency-bound chains of one add or fma per key).
+// out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled
+// (value j at v + value_row(j, ldv, v_block_stride)). With `l`, the first tile also runs the
+// softmax denominator's chain, *l = sum of e_j in increasing j from +0, beside its own (both are
+// latency-bound chains of one add or fma per key).
 template <int U>
 HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRICT v, int64_t ldv,
-                            int64_t n, int32_t d0, float* HWY_RESTRICT out, float* l) {
+                            int64_t v_block_stride, int64_t n, int32_t d0, float* HWY_RESTRICT out, float* l) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   float sum = 0.0f;
   WithTile<U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
-    for (int64_t j = 0; j < n; ++j) {
-      const auto ej = hn::Set(d, e[j]);
-      if (l) sum = sum + e[j];
-      const float* row = v + j * ldv + d0;
-      ((acc = hn::MulAdd(ej, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
+    for (int64_t j = 0; j < n;) {  // run by run of kKeysPerBlock rows
+      const int64_t run_end = std::min(n, j + kKeysPerBlock);
+      const float* row = v + value_row(j, ldv, v_block_stride) + d0;
+      for (; j < run_end; ++j, row += ldv) {
+        const auto ej = hn::Set(d, e[j]);
+        if (l) sum = sum + e[j];
+        ((acc = hn::MulAdd(ej, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
+      }
     }
     (hn::StoreU(acc, d, out + d0 + static_cast<int64_t>(I) * N), ...);
   });
@@ -112,8 +116,8 @@ HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRI
 }
 
 void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t block_stride,
-               const float* HWY_RESTRICT v, int64_t ldv, int64_t n, int32_t head_dim, float scale,
-               float* HWY_RESTRICT out, float* HWY_RESTRICT scores) {
+               const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride, int64_t n, int32_t head_dim,
+               float scale, float* HWY_RESTRICT out, float* HWY_RESTRICT scores) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto scale_v = hn::Set(d, scale);
@@ -146,14 +150,14 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   float* l_at = &l;
   int32_t d0 = 0;
   for (; d0 + 4 * N <= head_dim; d0 += static_cast<int32_t>(4 * N), l_at = nullptr)
-    WeightedSum<4>(scores, v, ldv, n, d0, out, l_at);
+    WeightedSum<4>(scores, v, ldv, v_block_stride, n, d0, out, l_at);
   for (; d0 + 2 * N <= head_dim; d0 += static_cast<int32_t>(2 * N), l_at = nullptr)
-    WeightedSum<2>(scores, v, ldv, n, d0, out, l_at);
+    WeightedSum<2>(scores, v, ldv, v_block_stride, n, d0, out, l_at);
   for (; d0 + N <= head_dim; d0 += static_cast<int32_t>(N), l_at = nullptr)
-    WeightedSum<1>(scores, v, ldv, n, d0, out, l_at);
+    WeightedSum<1>(scores, v, ldv, v_block_stride, n, d0, out, l_at);
   for (; d0 < head_dim; ++d0) {
     float acc = 0.0f;
-    for (j = 0; j < n; ++j) acc = ref::fma_f32(scores[j], v[j * ldv + d0], acc);
+    for (j = 0; j < n; ++j) acc = ref::fma_f32(scores[j], v[value_row(j, ldv, v_block_stride) + d0], acc);
     out[d0] = acc;
   }
   if (l_at)  // head_dim below one vector: l's chain alone
@@ -221,18 +225,27 @@ HWY_INLINE void AllScores(const float* HWY_RESTRICT q, int64_t q_stride, const i
   }
 }
 
-// The QB queries' scalar chains, interleaved so that their latencies overlap (each is alone
-// latency-bound: one add or fma per 3-4 cycles). n ascending. out_i = chain in increasing j from
-// +0 of acc = step(acc, i, j) over j < n_i.
+// The QB queries' scalar chains over keys [c0, c1), interleaved so that their latencies overlap
+// (each is alone latency-bound: one add or fma per 3-4 cycles). n ascending. acc_i (in and out)
+// continues as acc = step(acc, i, j) for j in [c0, min(c1, n_i)) in increasing j, so that spans
+// taken in order run each query's one chain.
 template <int QB, class Step>
-HWY_INLINE void Chains(const int64_t* n, float* out, const Step& step) {
+HWY_INLINE void ChainsOver(const int64_t* n, int64_t c0, int64_t c1, float* acc_io, const Step& step) {
   float acc[QB];
-  for (int i = 0; i < QB; ++i) acc[i] = 0.0f;
-  for (int64_t j = 0; j < n[0]; ++j)
+  for (int i = 0; i < QB; ++i) acc[i] = acc_io[i];
+  const int64_t shared = std::min(c1, n[0]);
+  for (int64_t j = c0; j < shared; ++j)
     for (int i = 0; i < QB; ++i) acc[i] = step(acc[i], i, j);
   for (int i = 1; i < QB; ++i)
-    for (int64_t j = n[0]; j < n[i]; ++j) acc[i] = step(acc[i], i, j);
-  for (int i = 0; i < QB; ++i) out[i] = acc[i];
+    for (int64_t j = std::max(c0, n[0]); j < std::min(c1, n[i]); ++j) acc[i] = step(acc[i], i, j);
+  for (int i = 0; i < QB; ++i) acc_io[i] = acc[i];
+}
+
+// The chains over every key, j < n_i, from +0.
+template <int QB, class Step>
+HWY_INLINE void Chains(const int64_t* n, float* out, const Step& step) {
+  for (int i = 0; i < QB; ++i) out[i] = 0.0f;
+  ChainsOver<QB>(n, 0, n[QB - 1], out, step);
 }
 
 // Attention for QB queries of one key/value head, query i reading keys [0, n[i]) with
@@ -242,8 +255,9 @@ HWY_INLINE void Chains(const int64_t* n, float* out, const Step& step) {
 // remaining keys after them in the same order. scratch: QB * n[QB - 1] floats.
 template <int QB>
 void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, const float* HWY_RESTRICT kt,
-                    int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
-                    float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
+                    int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride,
+                    int32_t head_dim, float scale, float* HWY_RESTRICT out, int64_t out_stride,
+                    float* HWY_RESTRICT scratch) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n_max = n[QB - 1], n_min = n[0];
@@ -266,9 +280,11 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   }
   Chains<QB>(n, l, [&](float acc, int i, int64_t j) { return acc + scratch[i * ld + j]; });
   // Weighted sums: keys [0, n_min) for all queries at once, then each query's own tail.
-  WeightedRows<QB>(scratch, ld, 1, v, ldv, 0, n_min, head_dim, true, out, out_stride);
+  WeightedRows<QB>(scratch, ld, 1, v, ldv, v_block_stride, 0, n_min, head_dim, true, out, out_stride);
   for (int i = 1; i < QB; ++i)
-    if (n[i] > n_min) WeightedRows<1>(scratch + i * ld, ld, 1, v, ldv, n_min, n[i], head_dim, false, out + i * out_stride, out_stride);
+    if (n[i] > n_min)
+      WeightedRows<1>(scratch + i * ld, ld, 1, v, ldv, v_block_stride, n_min, n[i], head_dim, false,
+                      out + i * out_stride, out_stride);
   for (int i = 0; i < QB; ++i) {
     float* o = out + i * out_stride;
     const auto l_v = hn::Set(d, l[i]);
@@ -279,11 +295,10 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
 }
 
 // The tiled kernel's span of keys: kTileSpanBytes of one head's keys or values, a multiple of
-// kTileVectors vectors, which stays in L1 while every triple of the tile's queries passes over it.
-// The keys are read in place: each of the layout's blocks of kKeysPerBlock keys holds a head's
-// keys as one contiguous run (head_dim * 64 bytes), which spreads over the L1 sets evenly. The
-// values are packed contiguous: in place their rows lie kv_dim floats apart, so a span's lines
-// would crowd into a few L1 sets and evict each other.
+// kTileVectors vectors, which stays in L1 while every group of the tile's queries passes over it.
+// Both are read in place: each of the layouts' blocks of kKeysPerBlock positions holds a head's
+// keys, and its values, as one contiguous run (head_dim * 64 bytes), which spreads over the L1
+// sets evenly (kernels.hpp).
 constexpr int64_t kTileSpanBytes = 16 << 10;
 
 int64_t TileSpan(int32_t head_dim) {
@@ -299,8 +314,9 @@ int64_t ScoreRow(int64_t n_max) {
 }
 
 int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
+  (void)head_dim;
   if (nq <= 3) return nq * n_max;
-  return nq * ScoreRow(n_max) + static_cast<int64_t>(head_dim) * TileSpan(head_dim);
+  return nq * ScoreRow(n_max);
 }
 
 // Queries per register tile of the tiled kernel: 6 where there are 32 vector registers
@@ -322,49 +338,44 @@ HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kt, i
   for (; j < c1; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
 }
 
-// The weighted sums of QB queries (n ascending) over the block of values [c0, c1) packed in vb
-// [c1 - c0][head_dim]: the keys all of them read, together, then each one's own after them, so
-// that each output's chain runs in increasing j. The first block starts the chains from +0; the
-// others continue them from out (exact round trips). s: the first query's scores at key c0.
+// The weighted sums of QB queries (n ascending) over the span of values [c0, c1), read in place
+// (value j at v + value_row(j, ldv, v_block_stride)): the keys all of them read, together, then
+// each one's own after them, so that each output's chain runs in increasing j. The first span
+// starts the chains from +0; the others continue them from out (exact round trips). s: the
+// first query's row of exponentials (key 0's).
 template <int QB>
-HWY_INLINE void BlockValues(const float* s, int64_t ld_s, const int64_t* n, int64_t c0, int64_t c1, const float* vb,
-                            int32_t head_dim, float* out, int64_t out_stride) {
+HWY_INLINE void SpanValues(const float* s, int64_t ld_s, const int64_t* n, int64_t c0, int64_t c1, const float* v,
+                           int64_t ldv, int64_t v_block_stride, int32_t head_dim, float* out, int64_t out_stride) {
   const int64_t shared = std::min(c1, n[0]);
-  if (shared > c0) WeightedRows<QB>(s, ld_s, 1, vb, head_dim, 0, shared - c0, head_dim, c0 == 0, out, out_stride);
+  if (shared > c0)
+    WeightedRows<QB>(s, ld_s, 1, v, ldv, v_block_stride, c0, shared, head_dim, c0 == 0, out, out_stride);
   for (int i = 1; i < QB; ++i) {
     const int64_t b = std::max(c0, n[0]), e = std::min(c1, n[i]);
     if (e > b)
-      WeightedRows<1>(s + i * ld_s, ld_s, 1, vb, head_dim, b - c0, e - c0, head_dim, false, out + i * out_stride,
+      WeightedRows<1>(s + i * ld_s, ld_s, 1, v, ldv, v_block_stride, b, e, head_dim, false, out + i * out_stride,
                       out_stride);
   }
 }
 
-// dst[0, count) = src[0, count), vectors then floats: a value row (head_dim floats, 256 bytes at
-// head_dim 64) is too short for memmove's call to pay (it took a tenth of the tile's time).
-HWY_INLINE void CopyRow(const float* HWY_RESTRICT src, int32_t count, float* HWY_RESTRICT dst) {
-  const DF d;
-  const int32_t N = static_cast<int32_t>(hn::Lanes(d));
-  int32_t i = 0;
-  for (; i + N <= count; i += N) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
-  for (; i < count; ++i) dst[i] = src[i];
-}
-
 #if LOCKSTEP_HAS_SQUARE_TRANSPOSE
 
-// The rows' sums with the rows in lanes: out[i] = chain over j in [0, n[i]) of
-// rows[i * ld + j], from +0 in increasing j, for N rows (N the vector's lanes, n ascending).
-// Each block of N x N values is transposed (x86 shuffles: 64 on AVX-512, 24 on AVX2) so that
-// column j is one vector, lane i row i's value, and the N chains take one vector add per j
-// instead of N scalar adds and loads. Lanes at or past a row's n add +0, which leaves its sum as
-// it is (a sum of exponentials is never -0). Reads rows up to n[N - 1] rounded up to a whole
-// vector (a score row's length, ScoreRow).
-HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const int64_t* n, float* out) {
+// The rows' sums with the rows in lanes, over columns [c0, c1) (c0 a multiple of N): sums[i]
+// (in and out) continues as the chain over j in [c0, min(c1, n[i])) of rows[i * ld + j], in
+// increasing j, for N rows (N the vector's lanes, n ascending); spans taken in order from +0 run
+// each row's one chain. Each block of N x N values is transposed (x86 shuffles: 64 on AVX-512,
+// 24 on AVX2) so that column j is one vector, lane i row i's value, and the N chains take one
+// vector add per j instead of N scalar adds and loads. Lanes at or past a row's n add +0, which
+// leaves its sum as it is (a sum of exponentials is never -0). Reads rows up to min(c1, n[N - 1])
+// rounded up to a whole vector (within a score row's length, ScoreRow).
+HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const int64_t* n, int64_t c0, int64_t c1,
+                               float* HWY_RESTRICT sums) {
   const DF d;
   using V = hn::Vec<DF>;
   constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
   static_assert(N == 16 || N == 8);
-  V sum = hn::Zero(d);
-  for (int64_t j0 = 0; j0 < n[N - 1]; j0 += N) {
+  V sum = hn::LoadU(d, sums);
+  const int64_t end = std::min(c1, n[N - 1]);
+  for (int64_t j0 = c0; j0 < end; j0 += N) {
     decltype(V().raw) r[N], c[N];  // rows, then columns
     for (int i = 0; i < N; ++i) {
       V row = hn::LoadU(d, rows + i * ld + j0);
@@ -375,28 +386,58 @@ HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const
     TransposeSquare(r, c);
     for (int j = 0; j < N; ++j) sum = hn::Add(sum, V{c[j]});
   }
-  hn::StoreU(sum, d, out);
+  hn::StoreU(sum, d, sums);
 }
 #endif
+
+// m (in and out, a vector of running maxima) folded with row[j] for j in [c0, e) (c0 a multiple
+// of N), NaN skipped; the last vector's lanes at or past e are left out. Reads up to e rounded up
+// to a whole vector.
+HWY_INLINE hn::Vec<DF> RowMax(const float* HWY_RESTRICT row, int64_t c0, int64_t e, hn::Vec<DF> m) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = c0;
+  for (; j + N <= e; j += N) m = MaxSkipNaN(m, hn::LoadU(d, row + j));
+  if (j < e)
+    m = MaxSkipNaN(m, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(e - j)), hn::LoadU(d, row + j),
+                                     hn::Set(d, -std::numeric_limits<float>::infinity())));
+  return m;
+}
+
+// row[j] = exp(row[j] - m) for j in [c0, e), c0 a multiple of N.
+HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto m_v = hn::Set(d, m);
+  int64_t j = c0;
+  for (; j + N <= e; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, row + j), m_v)), d, row + j);
+  for (; j < e; ++j) row[j] = ref::exp_f32(row[j] - m);
+}
 
 // Attention for a tile of nq > 3 queries of one key/value head, query i reading keys [0, n[i])
 // with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
 // value is the single-query kernel's: each score one chain over d, then per query the max, the
 // exponentials and l in increasing j, then each output's weighted sum in increasing j and one
-// division. The keys and values go by spans of TileSpan(head_dim) (the keys read in place, the
-// values packed once per tile), read from L1 by every triple of queries, so the window's keys and
-// values stream from memory once per tile rather than once per three queries. scratch:
+// division. The keys and values go by spans of TileSpan(head_dim), read in place and from L1 by
+// every group of queries, so the window's keys and values stream from memory once per tile
+// rather than once per group. Two passes over the
+// scores: the first computes them span by span and folds each span's into the queries' maxima
+// while it is in L1; the second, again span by span, takes the span's exponentials, continues
+// the l chains and the weighted sums over it, all three reading it from L1. scratch:
 // QueriesScratch(nq, n_max, head_dim).
 void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
-                   int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int32_t head_dim, float scale,
-                   float* HWY_RESTRICT out, int64_t out_stride, float* HWY_RESTRICT scratch) {
+                   int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride,
+                   int32_t head_dim, float scale, float* HWY_RESTRICT out, int64_t out_stride,
+                   float* HWY_RESTRICT scratch) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim), ld = ScoreRow(n_max);
-  float* s = scratch;       // [nq][ld]: scores, then exponentials
-  float* vb = s + nq * ld;  // [KB][head_dim]
+  float* s = scratch;  // [nq][ld]: scores, then exponentials
   const auto scale_v = hn::Set(d, scale);
-  // Scores, span by span of keys; a triple of queries none of whose keys reach the span skips it.
+  // Query i's running maxima, a vector at maxima + i * N (the order of a maximum changes no bit).
+  HWY_ALIGN float maxima[kMaxTileQueries * kKeysPerBlock];
+  for (int i = 0; i < nq; ++i) hn::Store(hn::Set(d, -std::numeric_limits<float>::infinity()), d, maxima + i * N);
+  // Scores, span by span of keys; a group of queries none of whose keys reach the span skips it.
   for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
     for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
       const int count = std::min(kGroupQueries, nq - i0);
@@ -405,48 +446,46 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       const float* qi = q + i0 * q_stride;
       float* si = s + i0 * ld;
       ForCount<kGroupQueries>(count, [&](auto qb) { BlockScores<decltype(qb)::value>(qi, q_stride, kt, block_stride, c0, c1, head_dim, scale_v, si, ld); });
+      for (int i = i0; i < i0 + count; ++i)
+        if (n[i] > c0)
+          hn::Store(RowMax(s + i * ld, c0, std::min(c1, n[i]), hn::Load(d, maxima + i * N)), d, maxima + i * N);
     }
   }
-  // Per query: m = max over [0, n_i), then e = exp(s - m) in place.
+  float m_all[kMaxTileQueries], l_all[kMaxTileQueries];
   for (int i = 0; i < nq; ++i) {
-    float* si = s + i * ld;
-    auto mv = hn::Set(d, -std::numeric_limits<float>::infinity());
-    int64_t j = 0;
-    for (; j + N <= n[i]; j += N) mv = MaxSkipNaN(mv, hn::LoadU(d, si + j));
-    float m = -std::numeric_limits<float>::infinity();
-    for (; j < n[i]; ++j) m = ref::max_skip_nan(m, si[j]);
-    m = ReduceMaxSkipNaN(d, mv, m);
-    const auto m_v = hn::Set(d, m);
-    for (j = 0; j + N <= n[i]; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, si + j), m_v)), d, si + j);
-    for (; j < n[i]; ++j) si[j] = ref::exp_f32(si[j] - m);
+    m_all[i] = ReduceMaxSkipNaN(d, hn::Load(d, maxima + i * N), -std::numeric_limits<float>::infinity());
+    l_all[i] = 0.0f;
   }
-  // l per query: the chain of e in increasing j; on x86 a vector's lanes of queries at once
-  // (RowSumsInLanes); else, and for the queries left, eight queries' chains interleaved (each
-  // alone waits an add's latency per step), then four, two, one.
-  float l_all[kMaxTileQueries];
   const auto e_of = [&](float acc, int i, int64_t j) { return acc + s[i * ld + j]; };
-  int i0 = 0;
-#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
-  for (; i0 + N <= nq; i0 += static_cast<int>(N)) RowSumsInLanes(s + i0 * ld, ld, n + i0, l_all + i0);
-#endif
-  for (; i0 + 8 <= nq; i0 += 8)
-    Chains<8>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
-  for (; i0 + 4 <= nq; i0 += 4)
-    Chains<4>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
-  for (; i0 + 2 <= nq; i0 += 2)
-    Chains<2>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
-  for (; i0 < nq; ++i0)
-    Chains<1>(n + i0, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
-  // Weighted sums, block by block of values.
+  // Span by span: e = exp(s - m) in place, then l's chains (on x86 a vector's lanes of queries
+  // at once, RowSumsInLanes; else, and for the queries left, eight queries' chains interleaved,
+  // each alone waiting an add's latency per step, then four, two, one), then the weighted sums.
   for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
     const int64_t c1 = std::min(n_max, c0 + KB);
-    for (int64_t j = c0; j < c1; ++j) CopyRow(v + j * ldv, head_dim, vb + (j - c0) * head_dim);
-    for (int i0 = 0; i0 < nq; i0 += kGroupQueries) {
-      const int count = std::min(kGroupQueries, nq - i0);
-      if (n[i0 + count - 1] <= c0) continue;
-      const float* si = s + i0 * ld + c0;
-      float* oi = out + i0 * out_stride;
-      ForCount<kGroupQueries>(count, [&](auto qb) { BlockValues<decltype(qb)::value>(si, ld, n + i0, c0, c1, vb, head_dim, oi, out_stride); });
+    int first = 0;  // the first query reading the span
+    while (n[first] <= c0) ++first;
+    for (int i = first; i < nq; ++i)
+      RowExp(s + i * ld, c0, std::min(c1, n[i]), m_all[i]);
+    int i0 = first;
+#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
+    for (; i0 + N <= nq; i0 += static_cast<int>(N)) RowSumsInLanes(s + i0 * ld, ld, n + i0, c0, c1, l_all + i0);
+#endif
+    for (; i0 + 8 <= nq; i0 += 8)
+      ChainsOver<8>(n + i0, c0, c1, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+    for (; i0 + 4 <= nq; i0 += 4)
+      ChainsOver<4>(n + i0, c0, c1, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+    for (; i0 + 2 <= nq; i0 += 2)
+      ChainsOver<2>(n + i0, c0, c1, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+    for (; i0 < nq; ++i0)
+      ChainsOver<1>(n + i0, c0, c1, l_all + i0, [&](float acc, int i, int64_t j) { return e_of(acc, i0 + i, j); });
+    for (int g0 = 0; g0 < nq; g0 += kGroupQueries) {
+      const int count = std::min(kGroupQueries, nq - g0);
+      if (n[g0 + count - 1] <= c0) continue;
+      const float* si = s + g0 * ld;
+      float* oi = out + g0 * out_stride;
+      ForCount<kGroupQueries>(count, [&](auto qb) {
+        SpanValues<decltype(qb)::value>(si, ld, n + g0, c0, c1, v, ldv, v_block_stride, head_dim, oi, out_stride);
+      });
     }
   }
   for (int i = 0; i < nq; ++i) {
@@ -459,22 +498,28 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
 }
 
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                      int64_t block_stride, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
-                      int64_t out_stride, float* scratch) {
+                      int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
+                      float scale, float* out, int64_t out_stride, float* scratch) {
   if (nq > kMaxTileQueries) {  // tiles of kMaxTileQueries (n ascending, so each tile's too)
     for (int i0 = 0; i0 < nq; i0 += kMaxTileQueries)
       AttentionQueries(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, block_stride, v,
-                       ldv, head_dim, scale, out + i0 * out_stride, out_stride, scratch);
+                       ldv, v_block_stride, head_dim, scale, out + i0 * out_stride, out_stride, scratch);
     return;
   }
   if (nq > 3)
-    return AttentionTile(q, q_stride, n, nq, kt, block_stride, v, ldv, head_dim, scale, out, out_stride, scratch);
+    return AttentionTile(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
+                         out_stride, scratch);
   switch (nq) {
-    case 3: return AttentionMulti<3>(q, q_stride, n, kt, block_stride, v, ldv, head_dim, scale, out, out_stride, scratch);
-    case 2: return AttentionMulti<2>(q, q_stride, n, kt, block_stride, v, ldv, head_dim, scale, out, out_stride, scratch);
+    case 3:
+      return AttentionMulti<3>(q, q_stride, n, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
+                               out_stride, scratch);
+    case 2:
+      return AttentionMulti<2>(q, q_stride, n, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
+                               out_stride, scratch);
     default:
       for (int i = 0; i < nq; ++i)
-        Attention(q + i * q_stride, kt, block_stride, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
+        Attention(q + i * q_stride, kt, block_stride, v, ldv, v_block_stride, n[i], head_dim, scale,
+                  out + i * out_stride, scratch);
   }
 }
 
@@ -487,8 +532,8 @@ void FillAttention(Kernels& k) {
 #else
 
 // The portable fallback: ref::attention's loops over the blocked key layout.
-void Attention(const float* q, const float* kt, int64_t block_stride, const float* v, int64_t ldv, int64_t n,
-               int32_t head_dim, float scale, float* out, float* scores) {
+void Attention(const float* q, const float* kt, int64_t block_stride, const float* v, int64_t ldv,
+               int64_t v_block_stride, int64_t n, int32_t head_dim, float scale, float* out, float* scores) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     const float* column = kt + key_column(j, block_stride);
@@ -502,16 +547,18 @@ void Attention(const float* q, const float* kt, int64_t block_stride, const floa
   for (int64_t j = 0; j < n; ++j) {
     const float e = ref::exp_f32(scores[j] - m);
     l = l + e;
-    for (int32_t dd = 0; dd < head_dim; ++dd) out[dd] = ref::fma_f32(e, v[j * ldv + dd], out[dd]);
+    const float* row = v + value_row(j, ldv, v_block_stride);
+    for (int32_t dd = 0; dd < head_dim; ++dd) out[dd] = ref::fma_f32(e, row[dd], out[dd]);
   }
   for (int32_t dd = 0; dd < head_dim; ++dd) out[dd] = out[dd] / l;
 }
 
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                      int64_t block_stride, const float* v, int64_t ldv, int32_t head_dim, float scale, float* out,
-                      int64_t out_stride, float* scratch) {
+                      int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
+                      float scale, float* out, int64_t out_stride, float* scratch) {
   for (int i = 0; i < nq; ++i)
-    Attention(q + i * q_stride, kt, block_stride, v, ldv, n[i], head_dim, scale, out + i * out_stride, scratch);
+    Attention(q + i * q_stride, kt, block_stride, v, ldv, v_block_stride, n[i], head_dim, scale,
+              out + i * out_stride, scratch);
 }
 
 int64_t QueriesScratch(int nq, int64_t n_max, int32_t) { return nq * n_max; }

@@ -243,17 +243,17 @@ void BlockWeightedRows(const float* st, int64_t ld, const float* k, int64_t k_st
     int64_t t = t0;
     for (; t + G <= n; t += G)
       if (c0 <= t)
-        WeightedRows<G>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
-                        out + t * out_stride, out_stride);
+        WeightedRows<G>(st + (t - t0), 1, ld, k, k_stride, kKeysPerBlock * k_stride, c0, std::min(c1, t + 1),
+                        head_dim, c0 == 0, out + t * out_stride, out_stride);
     for (; t < n; ++t)
       if (c0 <= t)
-        WeightedRows<1>(st + (t - t0), 1, ld, k, k_stride, c0, std::min(c1, t + 1), head_dim, c0 == 0,
-                        out + t * out_stride, out_stride);
+        WeightedRows<1>(st + (t - t0), 1, ld, k, k_stride, kKeysPerBlock * k_stride, c0, std::min(c1, t + 1),
+                        head_dim, c0 == 0, out + t * out_stride, out_stride);
   }
   for (int64_t t = t0; t + G <= n; t += G)
     for (int64_t i = 1; i < G; ++i)
-      WeightedRows<1>(st + (t + i - t0), 1, ld, k, k_stride, t + 1, t + i + 1, head_dim, false,
-                      out + (t + i) * out_stride, out_stride);
+      WeightedRows<1>(st + (t + i - t0), 1, ld, k, k_stride, kKeysPerBlock * k_stride, t + 1, t + i + 1, head_dim,
+                      false, out + (t + i) * out_stride, out_stride);
 }
 
 // out_j[d0 .. d0 + U N) for keys j0 .. j0 + KB - 1 continue their chains over queries t in

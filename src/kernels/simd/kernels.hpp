@@ -110,6 +110,19 @@ constexpr int64_t key_column(int64_t j, int64_t block_stride) {
   return j / kKeysPerBlock * block_stride + j % kKeysPerBlock;
 }
 
+// Attention's values lie in the same blocks of kKeysPerBlock positions, each head's 16 rows
+// contiguous: values of dimension `dim` (heads of head_dim) over `positions` as
+// [key_blocks(positions)][dim / head_dim][kKeysPerBlock][head_dim], value j's e-th for head g at
+// (j / 16) * (dim * 16) + g * head_dim * 16 + (j % 16) * head_dim + e. A span of one head's
+// values is then runs of 16 rows in a row (head_dim * 64 bytes, spread evenly over the L1 sets),
+// where rows dim floats apart would crowd into a few sets. The kernels read value j of one head
+// at value_row(j, row_stride, block_stride) from the head's first row: row_stride head_dim and
+// block_stride key_block_stride(dim) in this layout; plain rows [n][ldv] are row_stride ldv and
+// block_stride 16 * ldv.
+constexpr int64_t value_row(int64_t j, int64_t row_stride, int64_t block_stride) {
+  return j / kKeysPerBlock * block_stride + j % kKeysPerBlock * row_stride;
+}
+
 struct Kernels {
   const char* name = "";    // the Highway target's name, or "portable"
   int64_t target = 0;       // the Highway target bit
@@ -167,19 +180,23 @@ struct Kernels {
   // dimension 0) and block_stride floats from one block to the next (key_block_stride(kv_dim)
   // in the KV cache, head_dim * 16 for one head's keys alone). Every block up to the one holding
   // key n - 1 is whole: its keys at or past n are read (their scores discarded), so they must be
-  // memory, written or not. Values v [n, ldv]. scratch holds n floats.
+  // memory, written or not. Value j at v + value_row(j, ldv, v_block_stride) (above). scratch
+  // holds n floats.
   void (*attention)(const float* q, const float* kt, int64_t block_stride, const float* v, int64_t ldv,
-                    int64_t n, int32_t head_dim, float scale, float* out, float* scratch) = nullptr;
+                    int64_t v_block_stride, int64_t n, int32_t head_dim, float scale, float* out,
+                    float* scratch) = nullptr;
   // ref::attention for nq queries of one key/value head, query i (at q + i * q_stride)
   // reading keys [0, n[i]) with 1 <= n[0] <= n[1] <= ... and every key below n[nq - 1] written
-  // (kt and block_stride as `attention`'s; the blocks up to key n[nq - 1] - 1's are whole and
-  // read; scores of the keys at or past n are discarded); outputs at out + i * out_stride. Sharing the loads of keys and values, each output
+  // (kt, block_stride, v, ldv and v_block_stride as `attention`'s; the key blocks up to key
+  // n[nq - 1] - 1's are whole and read; scores of the keys at or past n are discarded); outputs
+  // at out + i * out_stride. Sharing the loads of keys and values, each output
   // has the bits of `attention` alone. Up to 3 queries share each key's loads; more (prefill's
   // runs of positions) go in tiles of up to kMaxTileQueries that read the keys and values by
   // blocks from L1. scratch holds attention_queries_scratch(nq, n[nq - 1], head_dim) floats.
   void (*attention_queries)(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                            int64_t block_stride, const float* v, int64_t ldv, int32_t head_dim, float scale,
-                            float* out, int64_t out_stride, float* scratch) = nullptr;
+                            int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride,
+                            int32_t head_dim, float scale, float* out, int64_t out_stride,
+                            float* scratch) = nullptr;
   int64_t (*attention_queries_scratch)(int nq, int64_t n_max, int32_t head_dim) = nullptr;
   // ref::swiglu.
   void (*swiglu)(const float* gate, const float* up, float* h, int64_t n) = nullptr;
