@@ -418,6 +418,14 @@ TEST(ElementaryFunctions, SimdEqualsReferenceOnSampledBitPatterns) {
   }
 }
 
+// The SIMD exp computes lanes past its bounds at the bound (kernels/simd/math-inl.hpp), which
+// gives the reference's values past them only because its own steps at the bounds round to +0
+// and overflow to +inf.
+TEST(ElementaryFunctions, ExpAtItsBoundsIsZeroAndInfinity) {
+  EXPECT_EQ(std::bit_cast<uint32_t>(ref::exp_f32(ref::kExpLower)), 0u);
+  EXPECT_EQ(ref::exp_f32(ref::kExpUpper), std::numeric_limits<float>::infinity());
+}
+
 // Every float whose exp is subnormal, rounds to zero or overflows (x in [-104.5, -87] and
 // [88, 89.5]): where exp's last step, p * 2^n, rounds (AVX-512 computes it with vscalefps,
 // the reference as two products: docs/ARITHMETIC.md).

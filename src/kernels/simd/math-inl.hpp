@@ -46,8 +46,10 @@ HWY_INLINE V ScaleByPowerOfTwo(D d, V p, V n) {
   return hn::Mul(hn::Mul(p, pa), pb);
 }
 
-// ref::exp_f32 per lane. The clamp only keeps the integer steps in range; lanes outside
-// [kExpLower, kExpUpper] and NaN lanes take the reference's special values at the end.
+// ref::exp_f32 per lane. Lanes below kExpLower or above kExpUpper compute at the bound, where
+// the reference's own steps give +0 and +inf, the values it returns past them (checked by
+// ElementaryFunctions.ExpAtItsBoundsIsZeroAndInfinity), so no blend is needed for them; NaN
+// lanes, which the clamp turns into a bound, take x back at the end.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V Exp(D d, V x) {
   const V xc = hn::Min(hn::Max(x, hn::Set(d, ref::kExpLower)), hn::Set(d, ref::kExpUpper));
@@ -64,11 +66,7 @@ HWY_INLINE V Exp(D d, V x) {
   p = hn::MulAdd(p, r, hn::Set(d, ref::kExpP5));
   p = hn::MulAdd(p, z, r);
   p = hn::Add(p, hn::Set(d, 1.0f));
-  V result = ScaleByPowerOfTwo(d, p, n);
-  result = hn::IfThenElse(hn::Gt(x, hn::Set(d, ref::kExpUpper)),
-                          hn::Set(d, std::numeric_limits<float>::infinity()), result);
-  result = hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, ref::kExpLower)), result);
-  return hn::IfThenElse(hn::IsNaN(x), x, result);
+  return hn::IfThenElse(hn::IsNaN(x), x, ScaleByPowerOfTwo(d, p, n));
 }
 
 // ref::log_f32 per lane.
