@@ -420,10 +420,10 @@ HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) 
 // exponentials and l in increasing j, then each output's weighted sum in increasing j and one
 // division. The keys and values go by spans of TileSpan(head_dim), read in place and from L1 by
 // every group of queries, so the window's keys and values stream from memory once per tile
-// rather than once per group. Two passes over the
-// scores: the first computes them span by span and folds each span's into the queries' maxima
-// while it is in L1; the second, again span by span, takes the span's exponentials, continues
-// the l chains and the weighted sums over it, all three reading it from L1. scratch:
+// rather than once per group. Two passes over the scores: the first computes them span by span
+// and folds each span's into the queries' maxima while it is in L1; the second, again span by
+// span, takes the span's exponentials, continues the l chains and the weighted sums over it, all
+// three reading it from L1. scratch:
 // QueriesScratch(nq, n_max, head_dim).
 void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
                    int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride,
