@@ -313,8 +313,7 @@ int64_t ScoreRow(int64_t n_max) {
   return (n_max + N - 1) / N * N;
 }
 
-int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
-  (void)head_dim;
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t) {
   if (nq <= 3) return nq * n_max;
   return nq * ScoreRow(n_max);
 }
