@@ -313,11 +313,6 @@ int64_t ScoreRow(int64_t n_max) {
   return (n_max + N - 1) / N * N;
 }
 
-int64_t QueriesScratch(int nq, int64_t n_max, int32_t) {
-  if (nq <= 3) return nq * n_max;
-  return nq * ScoreRow(n_max);
-}
-
 // Queries per register tile of the tiled kernel: 6 where there are 32 vector registers
 // (AVX-512: 24 accumulators of 6 queries x 4 vectors, each loaded key or value vector used 6
 // times), else 3 (12 of AVX2's 16).
@@ -340,19 +335,20 @@ HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kt, i
 // The weighted sums of QB queries (n ascending) over the span of values [c0, c1), read in place
 // (value j at v + value_row(j, ldv, v_block_stride)): the keys all of them read, together, then
 // each one's own after them, so that each output's chain runs in increasing j. The first span
-// starts the chains from +0; the others continue them from out (exact round trips). s: the
-// first query's row of exponentials (key 0's).
+// starts the chains from +0; the others continue them from out (exact round trips). Query i's
+// exponential of key j at s[i * s_query + j * s_key].
 template <int QB>
-HWY_INLINE void SpanValues(const float* s, int64_t ld_s, const int64_t* n, int64_t c0, int64_t c1, const float* v,
-                           int64_t ldv, int64_t v_block_stride, int32_t head_dim, float* out, int64_t out_stride) {
+HWY_INLINE void SpanValues(const float* s, int64_t s_query, int64_t s_key, const int64_t* n, int64_t c0, int64_t c1,
+                           const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim, float* out,
+                           int64_t out_stride) {
   const int64_t shared = std::min(c1, n[0]);
   if (shared > c0)
-    WeightedRows<QB>(s, ld_s, 1, v, ldv, v_block_stride, c0, shared, head_dim, c0 == 0, out, out_stride);
+    WeightedRows<QB>(s, s_query, s_key, v, ldv, v_block_stride, c0, shared, head_dim, c0 == 0, out, out_stride);
   for (int i = 1; i < QB; ++i) {
     const int64_t b = std::max(c0, n[0]), e = std::min(c1, n[i]);
     if (e > b)
-      WeightedRows<1>(s + i * ld_s, ld_s, 1, v, ldv, v_block_stride, b, e, head_dim, false, out + i * out_stride,
-                      out_stride);
+      WeightedRows<1>(s + i * s_query, s_query, s_key, v, ldv, v_block_stride, b, e, head_dim, false,
+                      out + i * out_stride, out_stride);
   }
 }
 
@@ -412,6 +408,208 @@ HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) 
   for (; j + N <= e; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, row + j), m_v)), d, row + j);
   for (; j < e; ++j) row[j] = ref::exp_f32(row[j] - m);
 }
+
+#if HWY_TARGET <= HWY_AVX3
+// AVX-512's tile: the queries in lanes. Its 32 registers hold a register tile of up to three
+// vectors of 16 queries by 8 keys (24 accumulators) whose operands are a vector of the queries'
+// d-th values (the tile's queries transposed once into qt) and key j's d-th value broadcast;
+// each score is still the chain over d of q_i[d] * k_j[d], then times the scale. The scores lie
+// key by key, [key][query], so that a query's running maximum, its exponentials and its l chain
+// run in its lane: one vector operation per key for 16 queries, with no transpose. A query's lane
+// at or past its own n takes no part: -inf into the maximum, +0 into l (which leaves a sum of
+// exponentials as it is: it is never -0), and the weighted sums read only keys below n.
+// (Against the per-query tile on AVX-512, BM_WindowAttention: 1.14x at head_dim 32, 1.06x at
+// 64, best of four alternating rounds; with AVX2's 16 registers the broadcasts outweigh the
+// saving, 0.93-0.96x, so AVX2 keeps the tile below.)
+constexpr int64_t kLanes = 16;
+
+// Query vectors g of a tile, each 16 lanes (lanes past nq pad with n = 0: their lanes compute
+// from zero queries and nothing reads them).
+struct LaneQueries {
+  int vectors = 0;
+  int32_t n[kMaxTileQueries];      // each lane's n, 0 past nq
+  int64_t least[kMaxTileQueries / kLanes];  // vector g's smallest n: keys below it count in every lane
+  int64_t most[kMaxTileQueries / kLanes];   // vector g's largest n: keys from it on count in none
+};
+
+// Keys per register tile for QV query vectors: 8 (up to 24 accumulators), 4 for four vectors.
+template <int QV>
+constexpr int kLaneKeys = QV == 4 ? 4 : 8;
+
+// Scores of QV query vectors (from vector g0) against keys [j0, j0 + U): st[j][g] =
+// (q . k_j) * scale for the lanes of vector g, and the vectors' running maxima m[g] (in and out)
+// folded with them, lanes at or past their n skipped. qt: [head_dim][ld] queries, st: [key][ld].
+template <int QV, int U>
+HWY_INLINE void LaneScores(const float* HWY_RESTRICT qt, int64_t ld, const LaneQueries& lq, int g0,
+                           const float* HWY_RESTRICT kt, int64_t block_stride, int64_t j0, int32_t head_dim,
+                           hn::Vec<DF> scale, float* HWY_RESTRICT st, hn::Vec<DF>* m) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const float* column[U];
+  for (int u = 0; u < U; ++u) column[u] = KeyColumn(kt, block_stride, j0 + u);
+  // Accumulator I: key I / QV, query vector g0 + I % QV (tile-inl.hpp).
+  WithTile<QV * U>([&](auto) LOCKSTEP_LAMBDA_INLINE { return hn::Zero(d); }, [&]<size_t... I>(std::index_sequence<I...>, auto... acc) LOCKSTEP_LAMBDA_INLINE {
+    for (int32_t dd = 0; dd < head_dim; ++dd) {
+      const float* qd = qt + static_cast<int64_t>(dd) * ld + g0 * kLanes;
+      const int64_t at = static_cast<int64_t>(dd) * kKeysPerBlock;
+      // Each query vector and each key's value is loaded once (the repeats fold away).
+      const auto fma = [&](hn::Vec<DF>& a, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+        a = hn::MulAdd(hn::LoadU(d, qd + static_cast<int64_t>(I_ % QV) * kLanes), hn::Set(d, column[I_ / QV][at]), a);
+      };
+      (fma(acc, I), ...);
+    }
+    const auto finish = [&](hn::Vec<DF> a, size_t I_) LOCKSTEP_LAMBDA_INLINE {
+      const int g = g0 + static_cast<int>(I_ % QV);
+      const int64_t j = j0 + static_cast<int64_t>(I_ / QV);
+      const auto s = hn::Mul(a, scale);
+      hn::StoreU(s, d, st + j * ld + g * kLanes);
+      if (j < lq.least[g]) {
+        m[g] = MaxSkipNaN(m[g], s);
+      } else {
+        const auto in = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j)), hn::LoadU(di, lq.n + g * kLanes)));
+        m[g] = MaxSkipNaN(m[g], hn::IfThenElse(in, s, hn::Set(d, -std::numeric_limits<float>::infinity())));
+      }
+    };
+    (finish(acc, I), ...);
+  });
+}
+
+// The scores of keys [c0, c1) for the query vectors from g0 on (the ones before it are done
+// with these keys): register tiles of kLaneKeys keys, then one of the keys left.
+template <int QV>
+HWY_INLINE void LaneSpanScores(const float* qt, int64_t ld, const LaneQueries& lq, int g0, const float* kt,
+                               int64_t block_stride, int64_t c0, int64_t c1, int32_t head_dim, hn::Vec<DF> scale,
+                               float* st, hn::Vec<DF>* m) {
+  constexpr int U = kLaneKeys<QV>;
+  int64_t j = c0;
+  for (; j + U <= c1; j += U) LaneScores<QV, U>(qt, ld, lq, g0, kt, block_stride, j, head_dim, scale, st, m);
+  if (j < c1)
+    ForCount<U - 1>(c1 - j, [&](auto u) {
+      LaneScores<QV, decltype(u)::value>(qt, ld, lq, g0, kt, block_stride, j, head_dim, scale, st, m);
+    });
+}
+
+// Attention for a tile of 3 < nq <= kMaxTileQueries queries of one key/value head, query i
+// reading keys [0, n[i]) with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one
+// row in prefill); every value is the single-query kernel's, as for the tile of other targets:
+// each score one chain over d, per query the max, the exponentials and l in increasing j, then
+// each output's weighted sum in increasing j and one division. Keys and values go by spans of
+// TileSpan(head_dim) read in place; the first pass computes the span's scores and folds them into
+// the maxima, the second takes the span's exponentials and l, then the weighted sums (groups of
+// kGroupQueries queries, each exponential a broadcast from its key's row). scratch:
+// QueriesScratch(nq, n_max, head_dim).
+void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
+                   int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride,
+                   int32_t head_dim, float scale, float* HWY_RESTRICT out, int64_t out_stride,
+                   float* HWY_RESTRICT scratch) {
+  const DF d;
+  using V = hn::Vec<DF>;
+  const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim);
+  LaneQueries lq;
+  lq.vectors = (nq + static_cast<int>(kLanes) - 1) / static_cast<int>(kLanes);
+  const int64_t ld = lq.vectors * kLanes;
+  for (int i = 0; i < ld; ++i) lq.n[i] = i < nq ? static_cast<int32_t>(n[i]) : 0;
+  for (int g = 0; g < lq.vectors; ++g) {
+    lq.least[g] = n[g * kLanes];
+    lq.most[g] = n[std::min<int64_t>(nq, (g + 1) * kLanes) - 1];
+  }
+  float* qt = scratch;             // [head_dim][ld]: the queries transposed, zero past nq
+  float* st = scratch + head_dim * ld;  // [n_max][ld]: scores, then exponentials
+  // The queries transposed 16 x 16 at a time (each block's 16 rows loaded as whole vectors,
+  // which also keeps many of their lines on the way from memory at once); dimensions past the
+  // last whole 16 one float at a time.
+  int32_t d_whole = 0;
+  for (; d_whole + kLanes <= head_dim; d_whole += static_cast<int32_t>(kLanes)) {
+    for (int g = 0; g < lq.vectors; ++g) {
+      __m512 r[kLanes], c[kLanes];
+      for (int i = 0; i < kLanes; ++i) {
+        const int64_t row = g * kLanes + i;
+        r[i] = row < nq ? hn::LoadU(d, q + row * q_stride + d_whole).raw : hn::Zero(d).raw;
+      }
+      TransposeSquare(r, c);
+      for (int k = 0; k < kLanes; ++k) hn::StoreU(V{c[k]}, d, qt + (d_whole + k) * ld + g * kLanes);
+    }
+  }
+  for (int64_t i = 0; i < ld; ++i)
+    for (int32_t dd = d_whole; dd < head_dim; ++dd) qt[dd * ld + i] = i < nq ? q[i * q_stride + dd] : 0.0f;
+  const auto scale_v = hn::Set(d, scale);
+  // Each vector's running maxima and l chains (arrays of vectors: this tile is x86 only, where a
+  // vector has a size; tile-inl.hpp).
+  V m[kMaxTileQueries / kLanes], l[kMaxTileQueries / kLanes];
+  for (int g = 0; g < lq.vectors; ++g) {
+    m[g] = hn::Set(d, -std::numeric_limits<float>::infinity());
+    l[g] = hn::Zero(d);
+  }
+  // The first query vector some of whose lanes still read key j.
+  const auto first_vector = [&](int64_t j) {
+    int g = 0;
+    while (lq.most[g] <= j) ++g;
+    return g;
+  };
+  for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
+    // Key tiles up to the diagonal vector by vector: the keys a vector reads, with the ones after it.
+    for (int64_t j = c0, c1 = std::min(n_max, c0 + KB); j < c1;) {
+      const int g0 = first_vector(j);
+      const int64_t e = std::min(c1, lq.most[g0]);
+      ForCount<kMaxTileQueries / kLanes>(lq.vectors - g0, [&](auto qv) {
+        LaneSpanScores<decltype(qv)::value>(qt, ld, lq, g0, kt, block_stride, j, e, head_dim, scale_v, st, m);
+      });
+      j = e;
+    }
+  }
+  for (int64_t c0 = 0; c0 < n_max; c0 += KB) {
+    const int64_t c1 = std::min(n_max, c0 + KB);
+    // e = exp(s - m) in place and l's chains, vector by vector in increasing j: the keys every
+    // lane reads, then the ones some lanes read (the others' lanes give +0); none past the last.
+    for (int g = first_vector(c0); g < lq.vectors; ++g) {
+      const int64_t end = std::min(c1, lq.most[g]), all = std::clamp(lq.least[g], c0, end);
+      const V m_g = m[g];
+      V l_g = l[g];
+      int64_t j = c0;
+      for (float* at = st + j * ld + g * kLanes; j < all; ++j, at += ld) {
+        const V e = Exp(d, hn::Sub(hn::LoadU(d, at), m_g));
+        hn::StoreU(e, d, at);
+        l_g = hn::Add(l_g, e);
+      }
+      const hn::RebindToSigned<DF> di;
+      const auto n_g = hn::LoadU(di, lq.n + g * kLanes);
+      for (float* at = st + j * ld + g * kLanes; j < end; ++j, at += ld) {
+        const auto in = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j)), n_g));
+        const V e = hn::IfThenElseZero(in, Exp(d, hn::Sub(hn::LoadU(d, at), m_g)));
+        hn::StoreU(e, d, at);
+        l_g = hn::Add(l_g, e);
+      }
+      l[g] = l_g;
+    }
+    for (int g0 = 0; g0 < nq; g0 += kGroupQueries) {
+      const int count = std::min(kGroupQueries, nq - g0);
+      if (n[g0 + count - 1] <= c0) continue;
+      float* oi = out + g0 * out_stride;
+      ForCount<kGroupQueries>(count, [&](auto qb) {
+        SpanValues<decltype(qb)::value>(st + g0, 1, ld, n + g0, c0, c1, v, ldv, v_block_stride, head_dim, oi,
+                                        out_stride);
+      });
+    }
+  }
+  HWY_ALIGN float l_all[kMaxTileQueries];
+  for (int g = 0; g < lq.vectors; ++g) hn::Store(l[g], d, l_all + g * kLanes);
+  for (int i = 0; i < nq; ++i) {
+    float* o = out + i * out_stride;
+    const auto l_v = hn::Set(d, l_all[i]);
+    int32_t dd = 0;
+    for (; dd + kLanes <= head_dim; dd += static_cast<int32_t>(kLanes))
+      hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
+    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l_all[i];
+  }
+}
+
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
+  if (nq <= 3) return nq * n_max;
+  const int64_t lanes = (std::min(nq, kMaxTileQueries) + kLanes - 1) / kLanes * kLanes;
+  return lanes * (n_max + head_dim);
+}
+
+#else
 
 // Attention for a tile of nq > 3 queries of one key/value head, query i reading keys [0, n[i])
 // with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
@@ -483,7 +681,8 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       const float* si = s + g0 * ld;
       float* oi = out + g0 * out_stride;
       ForCount<kGroupQueries>(count, [&](auto qb) {
-        SpanValues<decltype(qb)::value>(si, ld, n + g0, c0, c1, v, ldv, v_block_stride, head_dim, oi, out_stride);
+        SpanValues<decltype(qb)::value>(si, ld, 1, n + g0, c0, c1, v, ldv, v_block_stride, head_dim, oi,
+                                        out_stride);
       });
     }
   }
@@ -495,6 +694,12 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
     for (; dd < head_dim; ++dd) o[dd] = o[dd] / l_all[i];
   }
 }
+
+int64_t QueriesScratch(int nq, int64_t n_max, int32_t) {
+  if (nq <= 3) return nq * n_max;
+  return nq * ScoreRow(n_max);
+}
+#endif
 
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
                       int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
