@@ -57,5 +57,38 @@ TEST(LongWindow, PrefillAndSessionsInTilesEqualTheReference) {
   }
 }
 
+// A long prefill through several layers: rows of 450, 1 and 200 tokens in one call, every
+// position's logits, and a session appending 400 tokens after a cached prefix of 50.
+TEST(LongWindow, LongPrefillOverSeveralLayersEqualsTheReference) {
+  ModelConfig c = long_config(64, 1);
+  c.length = 480;
+  c.n_layers = 3;
+  c.batch = 3;
+  const auto params = init_parameters(c, 41);
+  const auto reference = Model::from_parameters(c, params, {});
+  const int64_t T = c.length, V = c.vocab_size;
+  const auto ids = test::random_ids(3 * T, c.vocab_size, 78);
+  const std::vector<int32_t> lengths = {450, 1, 200};
+  const auto want = reference->logits({ids.data(), 3, T}, lengths, {Device::reference, std::nullopt});
+  const auto whole = reference->logits({ids.data(), 1, T}, {}, {Device::reference, std::nullopt});
+  for (const std::string& target : test::targets_under_test()) {
+    ModelOptions options;
+    options.simd_target = target;
+    const auto fast = Model::from_parameters(c, params, options);
+    for (int threads : {1, 2, 3, 7}) {
+      const std::string what = target + " threads " + std::to_string(threads);
+      ASSERT_TRUE(test::same_bits(fast->logits({ids.data(), 3, T}, lengths, {Device::cpu, threads}), want)) << what;
+      Session session(fast, {Device::cpu, threads});
+      int64_t at = 0;
+      for (int n : {50, 400}) {
+        const auto got = session.append(std::span<const int32_t>(ids).subspan(static_cast<size_t>(at), static_cast<size_t>(n)));
+        at += n;
+        const std::vector<float> last(whole.begin() + (at - 1) * V, whole.begin() + at * V);
+        ASSERT_TRUE(test::same_bits(got, last)) << what << " session at " << at;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
