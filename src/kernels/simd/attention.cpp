@@ -90,6 +90,20 @@ HWY_INLINE decltype(auto) ForCount(int64_t count, const F& f) {
   }
 }
 
+// out_i[d] = out_i[d] / l[i] for nq rows of head_dim (row i at out + i * out_stride): each
+// output's one division by its query's softmax denominator.
+HWY_INLINE void DivideRows(float* HWY_RESTRICT out, int64_t out_stride, const float* l, int nq, int32_t head_dim) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int i = 0; i < nq; ++i) {
+    float* o = out + i * out_stride;
+    const auto l_v = hn::Set(d, l[i]);
+    int32_t dd = 0;
+    for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
+    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l[i];
+  }
+}
+
 // out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled
 // (value j at v + value_row(j, ldv, v_block_stride)). With `l`, the first tile also runs the
 // softmax denominator's chain, *l = sum of e_j in increasing j from +0, beside its own (both are
@@ -162,10 +176,7 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   }
   if (l_at)  // head_dim below one vector: l's chain alone
     for (j = 0; j < n; ++j) l = l + scores[j];
-  const auto l_v = hn::Set(d, l);
-  int32_t dd = 0;
-  for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, out + dd), l_v), d, out + dd);
-  for (; dd < head_dim; ++dd) out[dd] = out[dd] / l;
+  DivideRows(out, head_dim, &l, 1, head_dim);
 }
 
 // Vectors per score tile for QB <= 3 queries: QB * 4 accumulators, at most 12 of the 16 AVX2
@@ -285,13 +296,7 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
     if (n[i] > n_min)
       WeightedRows<1>(scratch + i * ld, ld, 1, v, ldv, v_block_stride, n_min, n[i], head_dim, false,
                       out + i * out_stride, out_stride);
-  for (int i = 0; i < QB; ++i) {
-    float* o = out + i * out_stride;
-    const auto l_v = hn::Set(d, l[i]);
-    int32_t dd = 0;
-    for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
-    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l[i];
-  }
+  DivideRows(out, out_stride, l, QB, head_dim);
 }
 
 // The tiled kernel's span of keys: kTileSpanBytes of one head's keys or values, a multiple of
@@ -307,30 +312,10 @@ int64_t TileSpan(int32_t head_dim) {
   return std::max<int64_t>(tile, keys / tile * tile);
 }
 
-// A row of the tiled kernel's scores: n_max rounded up to whole vectors.
-int64_t ScoreRow(int64_t n_max) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  return (n_max + N - 1) / N * N;
-}
-
 // Queries per register tile of the tiled kernel: 6 where there are 32 vector registers
 // (AVX-512: 24 accumulators of 6 queries x 4 vectors, each loaded key or value vector used 6
 // times), else 3 (12 of AVX2's 16).
 constexpr int kGroupQueries = HWY_MAX_BYTES >= 64 ? 6 : 3;
-
-// Scores of QB queries against keys [c0, c1) (c0 a multiple of N): s_i[j] for j in [c0, c1
-// rounded up to whole vectors), the lanes past c1 from keys of c1's whole block, ignored by the
-// caller.
-template <int QB>
-HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kt, int64_t block_stride, int64_t c0,
-                            int64_t c1, int32_t head_dim, hn::Vec<DF> scale, float* s, int64_t ld_s) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  constexpr int U = kTileVectors;
-  int64_t j = c0;
-  for (; j + U * N <= c1; j += U * N)
-    ScoresMulti<QB, U>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
-  for (; j < c1; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
-}
 
 // The weighted sums of QB queries (n ascending) over the span of values [c0, c1), read in place
 // (value j at v + value_row(j, ldv, v_block_stride)): the keys all of them read, together, then
@@ -350,63 +335,6 @@ HWY_INLINE void SpanValues(const float* s, int64_t s_query, int64_t s_key, const
       WeightedRows<1>(s + i * s_query, s_query, s_key, v, ldv, v_block_stride, b, e, head_dim, false,
                       out + i * out_stride, out_stride);
   }
-}
-
-#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
-
-// The rows' sums with the rows in lanes, over columns [c0, c1) (c0 a multiple of N): sums[i]
-// (in and out) continues as the chain over j in [c0, min(c1, n[i])) of rows[i * ld + j], in
-// increasing j, for N rows (N the vector's lanes, n ascending); spans taken in order from +0 run
-// each row's one chain. Each block of N x N values is transposed (x86 shuffles: 64 on AVX-512,
-// 24 on AVX2) so that column j is one vector, lane i row i's value, and the N chains take one
-// vector add per j instead of N scalar adds and loads. Lanes at or past a row's n add +0, which
-// leaves its sum as it is (a sum of exponentials is never -0). Reads rows up to min(c1, n[N - 1])
-// rounded up to a whole vector (within a score row's length, ScoreRow).
-HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const int64_t* n, int64_t c0, int64_t c1,
-                               float* HWY_RESTRICT sums) {
-  const DF d;
-  using V = hn::Vec<DF>;
-  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
-  static_assert(N == 16 || N == 8);
-  V sum = hn::LoadU(d, sums);
-  const int64_t end = std::min(c1, n[N - 1]);
-  for (int64_t j0 = c0; j0 < end; j0 += N) {
-    decltype(V().raw) r[N], c[N];  // rows, then columns
-    for (int i = 0; i < N; ++i) {
-      V row = hn::LoadU(d, rows + i * ld + j0);
-      if (j0 + N > n[i])
-        row = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, n[i] - j0))), row);
-      r[i] = row.raw;
-    }
-    TransposeSquare(r, c);
-    for (int j = 0; j < N; ++j) sum = hn::Add(sum, V{c[j]});
-  }
-  hn::StoreU(sum, d, sums);
-}
-#endif
-
-// m (in and out, a vector of running maxima) folded with row[j] for j in [c0, e) (c0 a multiple
-// of N), NaN skipped; the last vector's lanes at or past e are left out. Reads up to e rounded up
-// to a whole vector.
-HWY_INLINE hn::Vec<DF> RowMax(const float* HWY_RESTRICT row, int64_t c0, int64_t e, hn::Vec<DF> m) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  int64_t j = c0;
-  for (; j + N <= e; j += N) m = MaxSkipNaN(m, hn::LoadU(d, row + j));
-  if (j < e)
-    m = MaxSkipNaN(m, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(e - j)), hn::LoadU(d, row + j),
-                                     hn::Set(d, -std::numeric_limits<float>::infinity())));
-  return m;
-}
-
-// row[j] = exp(row[j] - m) for j in [c0, e), c0 a multiple of N.
-HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto m_v = hn::Set(d, m);
-  int64_t j = c0;
-  for (; j + N <= e; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, row + j), m_v)), d, row + j);
-  for (; j < e; ++j) row[j] = ref::exp_f32(row[j] - m);
 }
 
 #if HWY_TARGET <= HWY_AVX3
@@ -432,6 +360,12 @@ struct LaneQueries {
   int64_t most[kMaxTileQueries / kLanes];   // vector g's largest n: keys from it on count in none
 };
 
+// The lanes of query vector g that read key j (j < n).
+HWY_INLINE hn::Mask<DF> ReadsKey(const LaneQueries& lq, int g, int64_t j) {
+  const hn::RebindToSigned<DF> di;
+  return hn::RebindMask(DF(), hn::Lt(hn::Set(di, static_cast<int32_t>(j)), hn::LoadU(di, lq.n + g * kLanes)));
+}
+
 // Keys per register tile for QV query vectors: 8 (up to 24 accumulators), 4 for four vectors.
 template <int QV>
 constexpr int kLaneKeys = QV == 4 ? 4 : 8;
@@ -444,7 +378,6 @@ HWY_INLINE void LaneScores(const float* HWY_RESTRICT qt, int64_t ld, const LaneQ
                            const float* HWY_RESTRICT kt, int64_t block_stride, int64_t j0, int32_t head_dim,
                            hn::Vec<DF> scale, float* HWY_RESTRICT st, hn::Vec<DF>* m) {
   const DF d;
-  const hn::RebindToSigned<DF> di;
   const float* column[U];
   for (int u = 0; u < U; ++u) column[u] = KeyColumn(kt, block_stride, j0 + u);
   // Accumulator I: key I / QV, query vector g0 + I % QV (tile-inl.hpp).
@@ -466,8 +399,7 @@ HWY_INLINE void LaneScores(const float* HWY_RESTRICT qt, int64_t ld, const LaneQ
       if (j < lq.least[g]) {
         m[g] = MaxSkipNaN(m[g], s);
       } else {
-        const auto in = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j)), hn::LoadU(di, lq.n + g * kLanes)));
-        m[g] = MaxSkipNaN(m[g], hn::IfThenElse(in, s, hn::Set(d, -std::numeric_limits<float>::infinity())));
+        m[g] = MaxSkipNaN(m[g], hn::IfThenElse(ReadsKey(lq, g, j), s, hn::Set(d, -std::numeric_limits<float>::infinity())));
       }
     };
     (finish(acc, I), ...);
@@ -571,11 +503,8 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
         hn::StoreU(e, d, at);
         l_g = hn::Add(l_g, e);
       }
-      const hn::RebindToSigned<DF> di;
-      const auto n_g = hn::LoadU(di, lq.n + g * kLanes);
       for (float* at = st + j * ld + g * kLanes; j < end; ++j, at += ld) {
-        const auto in = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j)), n_g));
-        const V e = hn::IfThenElseZero(in, Exp(d, hn::Sub(hn::LoadU(d, at), m_g)));
+        const V e = hn::IfThenElseZero(ReadsKey(lq, g, j), Exp(d, hn::Sub(hn::LoadU(d, at), m_g)));
         hn::StoreU(e, d, at);
         l_g = hn::Add(l_g, e);
       }
@@ -593,14 +522,7 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
   }
   HWY_ALIGN float l_all[kMaxTileQueries];
   for (int g = 0; g < lq.vectors; ++g) hn::Store(l[g], d, l_all + g * kLanes);
-  for (int i = 0; i < nq; ++i) {
-    float* o = out + i * out_stride;
-    const auto l_v = hn::Set(d, l_all[i]);
-    int32_t dd = 0;
-    for (; dd + kLanes <= head_dim; dd += static_cast<int32_t>(kLanes))
-      hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
-    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l_all[i];
-  }
+  DivideRows(out, out_stride, l_all, nq, head_dim);
 }
 
 int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
@@ -610,6 +532,83 @@ int64_t QueriesScratch(int nq, int64_t n_max, int32_t head_dim) {
 }
 
 #else
+
+// A row of the tiled kernel's scores: n_max rounded up to whole vectors.
+int64_t ScoreRow(int64_t n_max) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  return (n_max + N - 1) / N * N;
+}
+
+// Scores of QB queries against keys [c0, c1) (c0 a multiple of N): s_i[j] for j in [c0, c1
+// rounded up to whole vectors), the lanes past c1 from keys of c1's whole block, ignored by the
+// caller.
+template <int QB>
+HWY_INLINE void BlockScores(const float* q, int64_t q_stride, const float* kt, int64_t block_stride, int64_t c0,
+                            int64_t c1, int32_t head_dim, hn::Vec<DF> scale, float* s, int64_t ld_s) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  constexpr int U = kTileVectors;
+  int64_t j = c0;
+  for (; j + U * N <= c1; j += U * N)
+    ScoresMulti<QB, U>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
+  for (; j < c1; j += N) ScoresMulti<QB, 1>(q, q_stride, kt, block_stride, j, head_dim, scale, s + j, ld_s);
+}
+
+#if LOCKSTEP_HAS_SQUARE_TRANSPOSE
+
+// The rows' sums with the rows in lanes, over columns [c0, c1) (c0 a multiple of N): sums[i]
+// (in and out) continues as the chain over j in [c0, min(c1, n[i])) of rows[i * ld + j], in
+// increasing j, for N rows (N the vector's lanes, n ascending); spans taken in order from +0 run
+// each row's one chain. Each block of N x N values is transposed (x86 shuffles: 64 on AVX-512,
+// 24 on AVX2) so that column j is one vector, lane i row i's value, and the N chains take one
+// vector add per j instead of N scalar adds and loads. Lanes at or past a row's n add +0, which
+// leaves its sum as it is (a sum of exponentials is never -0). Reads rows up to min(c1, n[N - 1])
+// rounded up to a whole vector (within a score row's length, ScoreRow).
+HWY_INLINE void RowSumsInLanes(const float* HWY_RESTRICT rows, int64_t ld, const int64_t* n, int64_t c0, int64_t c1,
+                               float* HWY_RESTRICT sums) {
+  const DF d;
+  using V = hn::Vec<DF>;
+  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
+  static_assert(N == 16 || N == 8);
+  V sum = hn::LoadU(d, sums);
+  const int64_t end = std::min(c1, n[N - 1]);
+  for (int64_t j0 = c0; j0 < end; j0 += N) {
+    decltype(V().raw) r[N], c[N];  // rows, then columns
+    for (int i = 0; i < N; ++i) {
+      V row = hn::LoadU(d, rows + i * ld + j0);
+      if (j0 + N > n[i])
+        row = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(0, n[i] - j0))), row);
+      r[i] = row.raw;
+    }
+    TransposeSquare(r, c);
+    for (int j = 0; j < N; ++j) sum = hn::Add(sum, V{c[j]});
+  }
+  hn::StoreU(sum, d, sums);
+}
+#endif
+
+// m (in and out, a vector of running maxima) folded with row[j] for j in [c0, e) (c0 a multiple
+// of N), NaN skipped; the last vector's lanes at or past e are left out. Reads up to e rounded up
+// to a whole vector.
+HWY_INLINE hn::Vec<DF> RowMax(const float* HWY_RESTRICT row, int64_t c0, int64_t e, hn::Vec<DF> m) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = c0;
+  for (; j + N <= e; j += N) m = MaxSkipNaN(m, hn::LoadU(d, row + j));
+  if (j < e)
+    m = MaxSkipNaN(m, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(e - j)), hn::LoadU(d, row + j),
+                                     hn::Set(d, -std::numeric_limits<float>::infinity())));
+  return m;
+}
+
+// row[j] = exp(row[j] - m) for j in [c0, e), c0 a multiple of N.
+HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto m_v = hn::Set(d, m);
+  int64_t j = c0;
+  for (; j + N <= e; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, row + j), m_v)), d, row + j);
+  for (; j < e; ++j) row[j] = ref::exp_f32(row[j] - m);
+}
 
 // Attention for a tile of nq > 3 queries of one key/value head, query i reading keys [0, n[i])
 // with 1 <= n[0] <= n[1] <= ... (a run of consecutive positions of one row in prefill). Every
@@ -686,13 +685,7 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       });
     }
   }
-  for (int i = 0; i < nq; ++i) {
-    float* o = out + i * out_stride;
-    const auto l_v = hn::Set(d, l_all[i]);
-    int32_t dd = 0;
-    for (; dd + N <= head_dim; dd += static_cast<int32_t>(N)) hn::StoreU(hn::Div(hn::LoadU(d, o + dd), l_v), d, o + dd);
-    for (; dd < head_dim; ++dd) o[dd] = o[dd] / l_all[i];
-  }
+  DivideRows(out, out_stride, l_all, nq, head_dim);
 }
 
 int64_t QueriesScratch(int nq, int64_t n_max, int32_t) {
