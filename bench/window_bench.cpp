@@ -165,7 +165,7 @@ void BM_WindowAttention(benchmark::State& state) {
   const double products = static_cast<double>(heads) * hd * T * (T + 1) / 2;
   state.counters["flops"] = benchmark::Counter(4.0 * products, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_WindowAttention)->ArgsProduct({{0, 1}, {256, 2048}, {3, 48}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WindowAttention)->ArgsProduct({{0, 1}, {256, 2048, 4096}, {3, 48}})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lockstep

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,51 @@ TEST(AttentionTile, EqualAndSpreadLengthsEqualTheReference) {
           expect_same(fast(*k, w, tile, rows), want,
                       std::string(k->name) + " hd=" + std::to_string(hd) + " " + std::to_string(n.size()) +
                           " queries up to " + std::to_string(n.back()) + " keys" + (rows ? ", values as rows" : ""));
+    }
+  }
+}
+
+// Infinities and NaNs where the queries read them, which the softmax's exponentials see as NaN
+// differences and -inf (and, past -104, as zeros): a key with +inf in one dimension (scores of
+// +inf and -inf, so maxima of +inf and inf - inf), a key 1e30 in every dimension (scores far
+// above the rest, whose exponentials underflow, or infinite), a key with -inf, a value with +inf
+// (times an exponential that is 0: NaN), and a query with a NaN (every score of it NaN, its
+// maximum -inf). Each output meets at most one NaN payload. Tiles of 1 to 48 queries at every
+// start, and the single query's kernel (decode), against the reference.
+TEST(AttentionTile, InfinitiesAndNaNsInTheWindowEqualTheReference) {
+  const auto targets = simd::supported_kernels();
+  const float inf = std::numeric_limits<float>::infinity();
+  uint64_t seed = 6000;
+  for (int32_t hd : {32, 64}) {
+    Window w = make_window(300, hd, seed);
+    seed += 3;
+    w.keys[static_cast<size_t>(5 * w.stride)] = inf;
+    for (int32_t e = 0; e < hd; ++e) w.keys[static_cast<size_t>(17 * w.stride + e)] = 1e30f;
+    w.keys[static_cast<size_t>(100 * w.stride + 1)] = -inf;
+    w.values[static_cast<size_t>(9 * w.stride + 1)] = inf;
+    w.q[static_cast<size_t>(40 * w.q_stride + 3)] = std::bit_cast<float>(0x7fc00001u);
+    const float nan = std::bit_cast<float>(0x7fc00001u);
+    w.kt = test::blocked_keys(w.keys.data(), w.stride, w.T, hd, w.dim, hd, nan);
+    w.vt = test::blocked_values(w.values.data(), w.stride, w.T, hd, w.dim, 1, nan);
+    for (int q : {1, 3, 4, 48}) {
+      for (const Tile& tile : prefill_tiles(w.T, q)) {
+        const auto want = reference(w, tile);
+        for (const Kernels* k : targets)
+          expect_same(fast(*k, w, tile), want,
+                      std::string(k->name) + " specials hd=" + std::to_string(hd) + " tile of " +
+                          std::to_string(tile.n.size()) + " at " + std::to_string(tile.t0));
+      }
+    }
+    for (int64_t t : {0, 5, 9, 17, 40, 41, 100, 299}) {
+      const Tile one{t, {t + 1}};
+      const auto want = reference(w, one);
+      for (const Kernels* k : targets) {
+        std::vector<float> got(static_cast<size_t>(w.out_stride), 0.0f), scores(static_cast<size_t>(w.T) + 64);
+        k->attention(w.q.data() + t * w.q_stride, w.kt.data() + w.hd * simd::kKeysPerBlock, simd::key_block_stride(w.dim),
+                     w.vt.data() + w.hd * simd::kKeysPerBlock, w.hd, simd::key_block_stride(w.dim), t + 1, w.hd,
+                     ref::attention_scale<float>(w.hd), got.data(), scores.data());
+        expect_same(got, want, std::string(k->name) + " specials, one query at " + std::to_string(t));
+      }
     }
   }
 }

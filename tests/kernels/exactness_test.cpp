@@ -3,6 +3,7 @@
 // odd sizes, multiples of the lane count and their neighbours.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -339,6 +340,39 @@ TEST(Attention, WholeSequenceEqualsReferenceAtEveryPosition) {
   }
 }
 
+// The training forward's attention over a sequence with infinities and NaNs the queries read (a
+// key with +inf, a key of 1e30s, a value with +inf, a query with a NaN): every position against
+// the reference.
+TEST(Attention, WholeSequenceWithInfinitiesAndNaNsEqualsReference) {
+  const float inf = std::numeric_limits<float>::infinity();
+  uint64_t seed = 950;
+  for (const Kernels* k : targets()) {
+    for (int T : {9, 70}) {
+      for (int hd : {16, 64}) {
+        const int group = 1;
+        const int64_t q_stride = hd, kv_stride = hd, out_stride = hd;
+        auto q = test::random_floats(T * q_stride, seed++), keys = test::random_floats(T * kv_stride, seed++);
+        auto values = test::random_floats(T * kv_stride, seed++);
+        keys[static_cast<size_t>(2 * kv_stride)] = inf;
+        for (int e = 0; e < hd; ++e) keys[static_cast<size_t>(4 * kv_stride + e)] = 1e30f;
+        values[static_cast<size_t>(3 * kv_stride + 1)] = inf;
+        q[static_cast<size_t>(6 * q_stride + 2)] = std::bit_cast<float>(0x7fc00001u);
+        const float scale = ref::attention_scale<float>(hd);
+        std::vector<float> want(static_cast<size_t>(T * out_stride), 0.0f), got(want.size(), 0.0f);
+        std::vector<float> scores(static_cast<size_t>(T));
+        for (int t = 0; t < T; ++t)
+          ref::attention(q.data() + t * q_stride, keys.data(), values.data(), kv_stride, t + 1, hd, scale,
+                         want.data() + t * out_stride, scores.data());
+        std::vector<float> scratch(static_cast<size_t>(k->attention_sequence_scratch(T, hd)));
+        k->attention_sequence(q.data(), q_stride, keys.data(), values.data(), kv_stride, T, group, hd, scale, got.data(),
+                              out_stride, scratch.data());
+        expect_same(got, want, std::string(k->name) + " attention_sequence with specials T=" + std::to_string(T) +
+                                   " hd=" + std::to_string(hd));
+      }
+    }
+  }
+}
+
 TEST(Elementwise, SwigluAddAndBf16EqualReference) {
   uint64_t seed = 900;
   for (const Kernels* k : targets()) {
@@ -396,6 +430,38 @@ TEST(CrossEntropy, EqualsReference) {
   }
 }
 
+// Logits whose softmax exponentials see NaN differences, -inf and underflow: +inf (the maximum, so
+// inf - inf), a NaN (skipped by the maximum, NaN into the sum), -inf, all -inf (maximum -inf: every
+// difference NaN), and a spread of 1e30 (the rest underflow to 0), forward and backward.
+TEST(CrossEntropy, InfinitiesAndNaNsEqualReference) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::bit_cast<float>(0x7fc00001u);
+  uint64_t seed = 1400;
+  for (const Kernels* k : targets()) {
+    for (int v : {7, 33, 257}) {
+      for (int pattern = 0; pattern < 5; ++pattern) {
+        auto z = test::random_floats(v, seed++, 4.0);
+        const size_t at = static_cast<size_t>(v / 3);
+        if (pattern == 0) z[at] = inf;
+        if (pattern == 1) z[at] = nan;
+        if (pattern == 2) z[at] = -inf;
+        if (pattern == 3) std::fill(z.begin(), z.end(), -inf);
+        if (pattern == 4) z[at] = 1e30f;
+        for (int target : {0, v - 1, static_cast<int>(at)}) {
+          const std::string what = std::string(k->name) + " vocab=" + std::to_string(v) + " pattern " +
+                                   std::to_string(pattern) + " target=" + std::to_string(target);
+          const float want = ref::cross_entropy(z.data(), v, target);
+          EXPECT_EQ(std::bit_cast<uint32_t>(k->cross_entropy(z.data(), v, target)), std::bit_cast<uint32_t>(want)) << what;
+          std::vector<float> dz_want(static_cast<size_t>(v)), dz(dz_want.size());
+          ref::cross_entropy_backward(z.data(), v, target, 3.0f, dz_want.data());
+          const float loss = k->cross_entropy_backward(z.data(), v, target, 3.0f, dz.data());
+          expect_same(dz, dz_want, what + " backward");
+          EXPECT_EQ(std::bit_cast<uint32_t>(loss), std::bit_cast<uint32_t>(want)) << what << " backward's loss";
+        }
+      }
+    }
+  }
+}
+
 // exp and log over a sample of every float bit pattern (a stride through all 2^32) and the
 // special values: each SIMD target computes the reference's bits, NaN payloads included.
 TEST(ElementaryFunctions, SimdEqualsReferenceOnSampledBitPatterns) {
@@ -415,6 +481,59 @@ TEST(ElementaryFunctions, SimdEqualsReferenceOnSampledBitPatterns) {
     for (size_t i = 0; i < x.size(); ++i) want[i] = ref::log_f32(x[i]);
     k->log(x.data(), got.data(), static_cast<int64_t>(x.size()));
     expect_same(got, want, std::string(k->name) + " log");
+  }
+}
+
+// The softmaxes' exp of a value less its set's maximum (x <= 0 or a quiet NaN): the same bits as
+// exp where a target has its own form (AVX-512's drops the upper clamp and the NaN blend, and
+// rounds n in one step), for every float from -0 down to -104 (the clamp; 1.1 billion), every
+// quiet NaN and +0, and every 101st float below -104 (which both clamp to -104, and whose results
+// underflow through the slow subnormal path); a stride through all of them against the reference
+// too, on every target. Sanitizer builds take every 101st input only (they check memory).
+TEST(ElementaryFunctions, ExpOfNonPositiveEqualsExpOnEveryInput) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr uint64_t kWholeStride = 101;
+#else
+  constexpr uint64_t kWholeStride = 1;
+#endif
+  // The ranges of bit patterns and their strides: -0 to -104, below -104 to -inf, the quiet NaNs
+  // with the sign set, +0, the quiet NaNs with the sign clear (signalling NaNs left out).
+  struct Range {
+    uint64_t first, last, stride;
+  };
+  const Range ranges[] = {{0x80000000u, 0xc2d00000u, 1},
+                          {0xc2d00001u, 0xff800000u, 101},
+                          {0xffc00000u, 0xffffffffu, 1},
+                          {0u, 0u, 1},
+                          {0x7fc00000u, 0x7fffffffu, 1}};
+  const auto check = [&](const Kernels& k, uint64_t every, bool with_reference) {
+    constexpr uint64_t kChunk = uint64_t{1} << 20;
+    std::vector<float> x(kChunk), want(kChunk), got(kChunk);
+    int64_t compared = 0;
+    for (const Range& r : ranges)
+      for (uint64_t stride = r.stride * every, u0 = r.first; u0 <= r.last; u0 += kChunk * stride) {
+        const int64_t n = static_cast<int64_t>(std::min(kChunk, (r.last - u0) / stride + 1));
+        for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = std::bit_cast<float>(static_cast<uint32_t>(u0 + static_cast<uint64_t>(i) * stride));
+        k.exp(x.data(), want.data(), n);
+        k.exp_of_non_positive(x.data(), got.data(), n);
+        const auto tail = [n](std::vector<float> v) { v.resize(static_cast<size_t>(n)); return v; };
+        if (std::memcmp(got.data(), want.data(), static_cast<size_t>(n) * sizeof(float)) != 0)
+          expect_same(tail(got), tail(want), std::string(k.name) + " exp_of_non_positive against exp from " + std::to_string(u0));
+        if (with_reference) {
+          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = ref::exp_f32(x[static_cast<size_t>(i)]);
+          expect_same(tail(got), tail(want), std::string(k.name) + " exp_of_non_positive against the reference");
+        }
+        compared += n;
+      }
+    return compared;
+  };
+  for (const Kernels* k : targets()) {
+    ASSERT_NE(k->exp_of_non_positive, nullptr) << k->name;
+    check(*k, 9973, true);
+    if (k->exp_of_non_positive != k->exp) {
+      const int64_t n = check(*k, kWholeStride, false);
+      std::printf("%s: exp_of_non_positive equals exp on %lld inputs\n", k->name, static_cast<long long>(n));
+    }
   }
 }
 

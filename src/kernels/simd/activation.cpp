@@ -69,11 +69,16 @@ void RoundBf16(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   for (; i < n; ++i) y[i] = ref::round_bf16(x[i]);
 }
 
+// y = exp(x), by Exp or (kNonPositive) by ExpOfNonPositive.
+template <bool kNonPositive>
 void ExpArray(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(Exp(d, hn::LoadU(d, x + i)), d, y + i);
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(kNonPositive ? ExpOfNonPositive(d, v) : Exp(d, v), d, y + i);
+  }
   for (; i < n; ++i) y[i] = ref::exp_f32(x[i]);
 }
 
@@ -109,8 +114,10 @@ void FillActivation(Kernels& k) {
   k.swiglu_backward = &SwiGluBackward;
   k.add = &Add;
   k.round_bf16 = &RoundBf16;
-  k.exp = &ExpArray;
+  k.exp = &ExpArray<false>;
   k.log = &LogArray;
+  // Its own function only where ExpOfNonPositive differs from Exp (the test sweeps it there).
+  k.exp_of_non_positive = HWY_TARGET <= HWY_AVX3 ? &ExpArray<true> : &ExpArray<false>;
 }
 
 #else
@@ -122,6 +129,7 @@ void FillActivation(Kernels& k) {
   k.round_bf16 = &RoundBf16Scalar;
   k.exp = &ExpScalar;
   k.log = &LogScalar;
+  k.exp_of_non_positive = &ExpScalar;
 }
 
 #endif

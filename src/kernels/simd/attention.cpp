@@ -150,11 +150,11 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   // e_j = exp(s_j - m) in place; l = sum of e_j in increasing j.
   const auto m_v = hn::Set(d, m);
   j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, scores + j), m_v)), d, scores + j);
+  for (; j + N <= n; j += N) hn::StoreU(ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, scores + j), m_v)), d, scores + j);
   if (j < n) {  // the partial vector through a buffer (its lanes past n are zeros, then dropped)
     HWY_ALIGN float part[HWY_MAX_BYTES / sizeof(float)] = {};
     std::copy(scores + j, scores + n, part);
-    hn::Store(Exp(d, hn::Sub(hn::Load(d, part), m_v)), d, part);
+    hn::Store(ExpOfNonPositive(d, hn::Sub(hn::Load(d, part), m_v)), d, part);
     std::copy_n(part, n - j, scores + j);
   }
 
@@ -286,7 +286,7 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
     for (; jj < n[i]; ++jj) m = ref::max_skip_nan(m, s[jj]);
     m = ReduceMaxSkipNaN(d, mv, m);
     const auto m_v = hn::Set(d, m);
-    for (jj = 0; jj + N <= n[i]; jj += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, s + jj), m_v)), d, s + jj);
+    for (jj = 0; jj + N <= n[i]; jj += N) hn::StoreU(ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, s + jj), m_v)), d, s + jj);
     for (; jj < n[i]; ++jj) s[jj] = ref::exp_f32(s[jj] - m);
   }
   Chains<QB>(n, l, [&](float acc, int i, int64_t j) { return acc + scratch[i * ld + j]; });
@@ -391,18 +391,23 @@ HWY_INLINE void LaneScores(const float* HWY_RESTRICT qt, int64_t ld, const LaneQ
       };
       (fma(acc, I), ...);
     }
+    // The maxima in registers for the tile (indexed by constants), back to m once.
+    hn::Vec<DF> mt[QV];
+    for (int v = 0; v < QV; ++v) mt[v] = m[g0 + v];
     const auto finish = [&](hn::Vec<DF> a, size_t I_) LOCKSTEP_LAMBDA_INLINE {
       const int g = g0 + static_cast<int>(I_ % QV);
       const int64_t j = j0 + static_cast<int64_t>(I_ / QV);
       const auto s = hn::Mul(a, scale);
       hn::StoreU(s, d, st + j * ld + g * kLanes);
+      auto& mv = mt[I_ % QV];
       if (j < lq.least[g]) {
-        m[g] = MaxSkipNaN(m[g], s);
+        mv = MaxSkipNaN(mv, s);
       } else {
-        m[g] = MaxSkipNaN(m[g], hn::IfThenElse(ReadsKey(lq, g, j), s, hn::Set(d, -std::numeric_limits<float>::infinity())));
+        mv = MaxSkipNaN(mv, hn::IfThenElse(ReadsKey(lq, g, j), s, hn::Set(d, -std::numeric_limits<float>::infinity())));
       }
     };
     (finish(acc, I), ...);
+    for (int v = 0; v < QV; ++v) m[g0 + v] = mt[v];
   });
 }
 
@@ -499,12 +504,12 @@ void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t*
       V l_g = l[g];
       int64_t j = c0;
       for (float* at = st + j * ld + g * kLanes; j < all; ++j, at += ld) {
-        const V e = Exp(d, hn::Sub(hn::LoadU(d, at), m_g));
+        const V e = ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, at), m_g));
         hn::StoreU(e, d, at);
         l_g = hn::Add(l_g, e);
       }
       for (float* at = st + j * ld + g * kLanes; j < end; ++j, at += ld) {
-        const V e = hn::IfThenElseZero(ReadsKey(lq, g, j), Exp(d, hn::Sub(hn::LoadU(d, at), m_g)));
+        const V e = hn::IfThenElseZero(ReadsKey(lq, g, j), ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, at), m_g)));
         hn::StoreU(e, d, at);
         l_g = hn::Add(l_g, e);
       }
@@ -606,7 +611,7 @@ HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) 
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto m_v = hn::Set(d, m);
   int64_t j = c0;
-  for (; j + N <= e; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, row + j), m_v)), d, row + j);
+  for (; j + N <= e; j += N) hn::StoreU(ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, row + j), m_v)), d, row + j);
   for (; j < e; ++j) row[j] = ref::exp_f32(row[j] - m);
 }
 

@@ -187,7 +187,7 @@ void BlockExp(float* e, int64_t ld, int64_t t0, int64_t n, float* l_out) {
           VF& m = Nth<decltype(u)::value>(ml...);
           VF& l = Nth<kBlockVectors + decltype(u)::value>(ml...);
           float* at = e + j * ld + static_cast<int64_t>(u) * N;
-          const VF x = Exp(d, hn::Sub(hn::LoadU(d, at), m));
+          const VF x = ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, at), m));
           hn::StoreU(x, d, at);
           l = keep(hn::Add(l, x), l);
         });

@@ -209,6 +209,9 @@ struct Kernels {
   // y[i] = ref::exp_f32(x[i]) and ref::log_f32(x[i]); exposed for the exactness tests.
   void (*exp)(const float* x, float* y, int64_t n) = nullptr;
   void (*log)(const float* x, float* y, int64_t n) = nullptr;
+  // y[i] = ref::exp_f32(x[i]) for x[i] <= 0 or a quiet NaN, as the softmaxes take it
+  // (math-inl.hpp's ExpOfNonPositive); exp itself on targets without a shorter form.
+  void (*exp_of_non_positive)(const float* x, float* y, int64_t n) = nullptr;
 
   // ---- training (the twins of the backward kernels in kernels/ref/ops.hpp) ----
 

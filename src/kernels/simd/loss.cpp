@@ -43,7 +43,7 @@ float CrossEntropy(const float* HWY_RESTRICT z, int32_t vocab, int32_t target) {
   for (int32_t base = 0; base < vocab; base += kChunk) {
     const int32_t end = std::min(vocab, base + kChunk);
     int32_t i = base;
-    for (; i + N <= end; i += N) hn::Store(Exp(d, hn::Sub(hn::LoadU(d, z + i), m_v)), d, e + (i - base));
+    for (; i + N <= end; i += N) hn::Store(ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, z + i), m_v)), d, e + (i - base));
     for (; i < end; ++i) e[i - base] = ref::exp_f32(z[i] - m);
     for (i = base; i < end; ++i) sum = sum + e[i - base];
   }
@@ -61,7 +61,7 @@ float CrossEntropyBackward(const float* HWY_RESTRICT z, int32_t vocab, int32_t t
   const auto m_v = hn::Set(d, m);
   int32_t j = 0;
   // e_j into dz, then the sum in increasing j.
-  for (j = 0; j + N <= vocab; j += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, z + j), m_v)), d, dz + j);
+  for (j = 0; j + N <= vocab; j += N) hn::StoreU(ExpOfNonPositive(d, hn::Sub(hn::LoadU(d, z + j), m_v)), d, dz + j);
   for (; j < vocab; ++j) dz[j] = ref::exp_f32(z[j] - m);
   float sum = 0.0f;
   for (j = 0; j < vocab; ++j) sum = sum + dz[j];
