@@ -485,8 +485,8 @@ TEST(ElementaryFunctions, SimdEqualsReferenceOnSampledBitPatterns) {
 }
 
 // The softmaxes' exp of a value less its set's maximum (x <= 0 or a quiet NaN): the same bits as
-// exp where a target has its own form (AVX-512's drops the upper clamp and the NaN blend, and
-// rounds n in one step), for every float from -0 down to -104 (the clamp; 1.1 billion), every
+// exp where a target has its own form (x86's drops the upper clamp and the NaN blend, and on
+// AVX-512 rounds n in one step), for every float from -0 down to -104 (the clamp; 1.1 billion), every
 // quiet NaN and +0, and every 101st float below -104 (which both clamp to -104, and whose results
 // underflow through the slow subnormal path); a stride through all of them against the reference
 // too, on every target. Sanitizer builds take every 101st input only (they check memory).

@@ -117,7 +117,7 @@ void FillActivation(Kernels& k) {
   k.exp = &ExpArray<false>;
   k.log = &LogArray;
   // Its own function only where ExpOfNonPositive differs from Exp (the test sweeps it there).
-  k.exp_of_non_positive = HWY_TARGET <= HWY_AVX3 ? &ExpArray<true> : &ExpArray<false>;
+  k.exp_of_non_positive = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 ? &ExpArray<true> : &ExpArray<false>;
 }
 
 #else

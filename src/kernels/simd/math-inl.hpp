@@ -50,6 +50,16 @@ HWY_INLINE V ScaleByPowerOfTwo(D d, V p, V n) {
 // the reference's own steps give +0 and +inf, the values it returns past them (checked by
 // ElementaryFunctions.ExpAtItsBoundsIsZeroAndInfinity), so no blend is needed for them; NaN
 // lanes, which the clamp turns into a bound, take x back at the end.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// x86's maxps(a, b) is per lane (a > b) ? a : b (b when either is NaN, and on a tie of +0 and
+// -0), which is max_skip_nan(m, v) with a = v, b = m: one instruction for a compare and a blend.
+HWY_INLINE __m128 MaxPs(__m128 a, __m128 b) { return _mm_max_ps(a, b); }
+HWY_INLINE __m256 MaxPs(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+#if HWY_TARGET <= HWY_AVX3
+HWY_INLINE __m512 MaxPs(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+#endif
+#endif
+
 // Exp's steps 3 to 5 (docs/ARITHMETIC.md) for a clamped x and its integer n: the reduction by
 // n ln 2, the polynomial, and the scaling by 2^n.
 template <class D, class V = hn::Vec<D>>
@@ -77,29 +87,34 @@ HWY_INLINE V Exp(D d, V x) {
 }
 
 // ref::exp_f32 per lane for x <= 0 or a quiet NaN: a value less the maximum of a set holding it
-// (softmax's exp(s - m), where s <= m or s - m is NaN). On AVX-512's 16 lanes it drops three of
-// Exp's steps that cannot change such an x's result; elsewhere it is Exp.
+// (softmax's exp(s - m), where s <= m or s - m is NaN). On x86 (AVX2 and AVX-512) it drops steps
+// of Exp that cannot change such an x's result; elsewhere it is Exp.
 // - The upper clamp: x never reaches 89.
-// - The NaN blend: max(lower, x) as maxps with x second returns x when x is NaN, and from there
-//   every step returns its one NaN operand (x86 keeps a quiet NaN's payload and sign; each NaN
-//   below is x), so the result is x, what the reference returns. (A signalling NaN would come back
-//   quiet; a difference never is one.)
-// - n by one rounding to the nearest integer, ties to even, for adding and subtracting 1.5 * 2^23:
-//   the same integer for |t| <= 151, except that t in (-0.5, -0] gives -0 where the sum gives +0;
-//   then r = fma(n, -ln2, x) is x either way for x != 0, and for x = -0 it is +0 or -0, which
-//   makes p = fma(p, r * r, r) = +0 and the result 1 either way.
+// - The NaN blend: the lower clamp as maxps(-104, x) returns x when x is NaN, and from there every
+//   step returns its one NaN operand (x86 keeps a quiet NaN's payload and sign, whichever operand
+//   it is; each NaN below is x, and the powers of two that AVX2's scaling builds from a NaN n have
+//   zero mantissas, so are never NaN), so the result is x, what the reference returns. (A
+//   signalling NaN would come back quiet; a difference never is one.)
+// - On AVX-512, n by one rounding to the nearest integer, ties to even, for adding and subtracting
+//   1.5 * 2^23: the same integer for |t| <= 151, except that t in (-0.5, -0] gives -0 where the sum
+//   gives +0; then r = fma(n, -ln2, x) is x either way for x != 0, and for x = -0 it is +0 or -0,
+//   which makes p = fma(p, r * r, r) = +0 and the result 1 either way.
 // The exactness tests compare it with Exp over every float from -0 to -104 and every quiet NaN.
 // A lane with x > 0 (a caller's lane past its keys, whose result it drops) gets Exp's value up to
 // 89 and +inf or NaN past it.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpOfNonPositive(D d, V x) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const V xc = V{MaxPs(hn::Set(d, ref::kExpLower).raw, x.raw)};
+  const V t = hn::Mul(xc, hn::Set(d, ref::kLog2e));
 #if HWY_TARGET <= HWY_AVX3
-  if constexpr (hn::MaxLanes(D()) * sizeof(float) == 64) {
-    const V xc = V{_mm512_max_ps(hn::Set(d, ref::kExpLower).raw, x.raw)};
-    return ExpReduced(d, xc, hn::Round(hn::Mul(xc, hn::Set(d, ref::kLog2e))));
-  }
+  if constexpr (hn::MaxLanes(D()) * sizeof(float) == 64) return ExpReduced(d, xc, hn::Round(t));
 #endif
+  const V magic = hn::Set(d, ref::kRoundMagic);
+  return ExpReduced(d, xc, hn::Sub(hn::Add(t, magic), magic));
+#else
   return Exp(d, x);
+#endif
 }
 
 // ref::log_f32 per lane.
@@ -147,16 +162,6 @@ HWY_INLINE V Silu(D d, V g) {
   const V e = Exp(d, hn::Neg(g));
   return hn::Div(g, hn::Add(hn::Set(d, 1.0f), e));
 }
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// x86's maxps(a, b) is per lane (a > b) ? a : b (b when either is NaN, and on a tie of +0 and
-// -0), which is max_skip_nan(m, v) with a = v, b = m: one instruction for a compare and a blend.
-HWY_INLINE __m128 MaxPs(__m128 a, __m128 b) { return _mm_max_ps(a, b); }
-HWY_INLINE __m256 MaxPs(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
-#if HWY_TARGET <= HWY_AVX3
-HWY_INLINE __m512 MaxPs(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
-#endif
-#endif
 
 // ref::max_skip_nan per lane: m = (v > m) ? v : m.
 template <class V>
