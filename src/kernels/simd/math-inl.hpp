@@ -46,10 +46,6 @@ HWY_INLINE V ScaleByPowerOfTwo(D d, V p, V n) {
   return hn::Mul(hn::Mul(p, pa), pb);
 }
 
-// ref::exp_f32 per lane. Lanes below kExpLower or above kExpUpper compute at the bound, where
-// the reference's own steps give +0 and +inf, the values it returns past them (checked by
-// ElementaryFunctions.ExpAtItsBoundsIsZeroAndInfinity), so no blend is needed for them; NaN
-// lanes, which the clamp turns into a bound, take x back at the end.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // x86's maxps(a, b) is per lane (a > b) ? a : b (b when either is NaN, and on a tie of +0 and
 // -0), which is max_skip_nan(m, v) with a = v, b = m: one instruction for a compare and a blend.
@@ -78,6 +74,10 @@ HWY_INLINE V ExpReduced(D d, V xc, V n) {
   return ScaleByPowerOfTwo(d, p, n);
 }
 
+// ref::exp_f32 per lane. Lanes below kExpLower or above kExpUpper compute at the bound, where
+// the reference's own steps give +0 and +inf, the values it returns past them (checked by
+// ElementaryFunctions.ExpAtItsBoundsIsZeroAndInfinity), so no blend is needed for them; NaN
+// lanes, which the clamp turns into a bound, take x back at the end.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V Exp(D d, V x) {
   const V xc = hn::Min(hn::Max(x, hn::Set(d, ref::kExpLower)), hn::Set(d, ref::kExpUpper));
