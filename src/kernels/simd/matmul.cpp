@@ -266,13 +266,18 @@ void MatmulAtChains(const float* a, int64_t lda, int64_t M, const PackedMatrix& 
   for (int64_t k0 = 0; k0 < K; k0 += kAtDepth) {
     const int64_t kc = std::min(kAtDepth, K - k0);
     const int64_t whole = M / kRows;
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* row = a + (k0 + k) * lda;
-      float* dst = scratch + k * kRows;
-      for (int64_t t = 0; t < whole; ++t)
-        for (int i = 0; i < kRows; ++i) dst[t * kc * kRows + i] = row[t * kRows + i];
-      if (whole < tiles)
-        for (int i = 0; i < kRows; ++i) dst[whole * kc * kRows + i] = whole * kRows + i < M ? row[whole * kRows + i] : 0.0f;
+    for (int64_t t = 0; t < whole; ++t) {
+      const float* col = a + k0 * lda + t * kRows;
+      float* dst = scratch + t * kc * kRows;
+      for (int64_t k = 0; k < kc; ++k)
+        for (int i = 0; i < kRows; ++i) dst[k * kRows + i] = col[k * lda + i];
+    }
+    if (whole < tiles) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* row = a + (k0 + k) * lda;
+        float* dst = scratch + whole * kc * kRows + k * kRows;
+        for (int i = 0; i < kRows; ++i) dst[i] = whole * kRows + i < M ? row[whole * kRows + i] : 0.0f;
+      }
     }
     const bool first = k0 == 0 && !accumulate;
     for (int64_t p = p_begin; p < p_end; ++p) {
