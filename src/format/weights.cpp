@@ -211,6 +211,12 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
     } else {
       std::memcpy(dst, data + t.begin, static_cast<size_t>(e.count) * sizeof(float));
     }
+    // Checked before its pages may go (they read as zeros after).
+    for (int64_t i = 0; i < e.count; ++i) {
+      if (!std::isfinite(dst[i]))
+        refuse(path, "parameter '" + e.name + "' holds a non-finite value (" +
+                         std::to_string(dst[i]) + ") at element " + std::to_string(i));
+    }
     sha256_update_f32_le(digest, {dst, static_cast<size_t>(e.count)});
     // A matrix kept packed (its q8/q4 form handed out) needs no expanded copy: the model packs
     // it from that form and expands it again from the panels when asked. `embed` stays (the
@@ -224,11 +230,6 @@ std::vector<float> read_weights_bytes(std::span<const uint8_t> bytes, const std:
         const TensorEntry& st = *by_name.at(e.name + suffix);
         mapped->drop({data + st.begin, static_cast<size_t>(st.end - st.begin)});
       }
-    }
-    for (int64_t i = 0; i < e.count; ++i) {
-      if (!std::isfinite(dst[i]))
-        refuse(path, "parameter '" + e.name + "' holds a non-finite value (" +
-                         std::to_string(dst[i]) + ") at element " + std::to_string(i));
     }
   }
   const std::string sha = digest.hex();

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/sha256.hpp"
 #include "format/atomic_write.hpp"
 #include "format/model_json.hpp"
@@ -215,6 +217,44 @@ INSTANTIATE_TEST_SUITE_P(Packings, Q8Packed, ::testing::Values("q8", "q4"));
 
 namespace lockstep {
 namespace {
+
+// A finite scale can still expand a matrix to infinities (127 x 3e38 overflows). Loading a model
+// that keeps its matrices packed gives each matrix's expanded pages back once hashed; the check
+// for non-finite values must see them before that. It used to run after, reading the pages as
+// zeros: such a file was refused only because its digest no longer matched, and one whose
+// model.json hashed the infinities loaded; reading the pages back also made them resident again.
+TEST(Q8Format, LoadRefusesAScaleThatExpandsToInfinity) {
+  for (const std::string packing : {"q8", "q4"}) {
+    SCOPED_TRACE(packing);
+    test::TempDir tmp;
+    ModelConfig c = odd_config();
+    c.d_model = 128;  // wo [128, 128]: whole pages, which the load gives back
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    write_q8_model(tmp.path() + "/m", c, init_parameters(c, 3), packing);
+    const std::string file = tmp.path() + "/m/" + format::kWeightsFile;
+    std::string bytes = test::read_file(file);
+    uint64_t header_bytes = 0;
+    std::memcpy(&header_bytes, bytes.data(), 8);  // little-endian u64, as x86 and Arm store it
+    const auto header = nlohmann::json::parse(bytes.substr(8, header_bytes));
+    // q8: every column's scale. q4: those of rows 32-63 only (its scales are [K / 32][N]), which
+    // lie on whole pages of the expanded matrix, where the old order read zeros.
+    const auto& scale = header.at("layers.1.wo.scale").at("data_offsets");
+    const uint64_t first = scale[0].get<uint64_t>(), end = scale[1].get<uint64_t>();
+    const uint64_t from = packing == "q8" ? first : first + 128 * 4, to = packing == "q8" ? end : first + 256 * 4;
+    ASSERT_LE(to, end);
+    const float huge = 3e38f;
+    for (uint64_t at = from; at < to; at += 4) std::memcpy(&bytes[8 + header_bytes + at], &huge, 4);
+    test::write_file(file, bytes);
+    try {
+      (void)Model::load(tmp.path() + "/m");
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter 'layers.1.wo' holds a non-finite value"), std::string::npos)
+          << e.what();
+    }
+  }
+}
 
 TEST(Q4Format, RefusesMinusEightAndNonZeroPadding) {
   // [2, 3]: two bytes a row, the second's high nibble padding.
