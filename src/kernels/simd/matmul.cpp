@@ -266,6 +266,9 @@ void MatmulAtChains(const float* a, int64_t lda, int64_t M, const PackedMatrix& 
   for (int64_t k0 = 0; k0 < K; k0 += kAtDepth) {
     const int64_t kc = std::min(kAtDepth, K - k0);
     const int64_t whole = M / kRows;
+    // Tile by tile, each tile's block written in order. Row by row, one row's stores fell
+    // kc * kRows floats apart (4 KB on AVX-512), in one L1 set and 4K-aliased with the loads:
+    // a third of the time at M = 768 on a Zen 5.
     for (int64_t t = 0; t < whole; ++t) {
       const float* col = a + k0 * lda + t * kRows;
       float* dst = scratch + t * kc * kRows;
