@@ -111,14 +111,20 @@ std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWor
   std::vector<AttentionItem> items;
   for (size_t r = 0; r < rows.size(); ++r) {
     const int64_t first = p.first[r], count = rows[r].out_end - rows[r].start;
-    for (int32_t h = 0; h < heads; ++h) {
-      for (int64_t t = 0; t < count; t += kQueriesPerItem) {
-        const int32_t n = static_cast<int32_t>(std::min<int64_t>(kQueriesPerItem, count - t));
-        int64_t cost = 0;
-        for (int32_t i = 0; i < n; ++i) cost += p.token_pos[static_cast<size_t>(first + t + i)] + 1;
-        items.push_back({first + t, n, h, cost});
-      }
+    const size_t head0 = items.size();  // head 0's tiles, then each other head's copy of them
+    for (int64_t t = 0; t < count; t += kQueriesPerItem) {
+      const int32_t n = static_cast<int32_t>(std::min<int64_t>(kQueriesPerItem, count - t));
+      int64_t cost = 0;
+      for (int32_t i = 0; i < n; ++i) cost += p.token_pos[static_cast<size_t>(first + t + i)] + 1;
+      items.push_back({first + t, n, 0, cost});
     }
+    const size_t tiles = items.size() - head0;
+    for (int32_t h = 1; h < heads; ++h)
+      for (size_t i = 0; i < tiles; ++i) {
+        AttentionItem it = items[head0 + i];
+        it.head = h;
+        items.push_back(it);
+      }
   }
   return items;
 }

@@ -237,11 +237,13 @@ TEST(Q8Format, LoadRefusesAScaleThatExpandsToInfinity) {
     uint64_t header_bytes = 0;
     std::memcpy(&header_bytes, bytes.data(), 8);  // little-endian u64, as x86 and Arm store it
     const auto header = nlohmann::json::parse(bytes.substr(8, header_bytes));
-    // q8: every column's scale. q4: those of rows 32-63 only (its scales are [K / 32][N]), which
-    // lie on whole pages of the expanded matrix, where the old order read zeros.
+    // q8: every column's scale. q4: those of rows 32-63 only (its scales are [K / 32][N], N =
+    // d_model), which lie on whole pages of the expanded matrix, where the old order read zeros.
     const auto& scale = header.at("layers.1.wo.scale").at("data_offsets");
     const uint64_t first = scale[0].get<uint64_t>(), end = scale[1].get<uint64_t>();
-    const uint64_t from = packing == "q8" ? first : first + 128 * 4, to = packing == "q8" ? end : first + 256 * 4;
+    const uint64_t row_group = static_cast<uint64_t>(c.d_model) * sizeof(float);
+    const uint64_t from = packing == "q8" ? first : first + row_group;
+    const uint64_t to = packing == "q8" ? end : first + 2 * row_group;
     ASSERT_LE(to, end);
     const float huge = 3e38f;
     for (uint64_t at = from; at < to; at += 4) std::memcpy(&bytes[8 + header_bytes + at], &huge, 4);
