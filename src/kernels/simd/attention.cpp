@@ -366,6 +366,19 @@ HWY_INLINE hn::Mask<DF> ReadsKey(const LaneQueries& lq, int g, int64_t j) {
   return hn::RebindMask(DF(), hn::Lt(hn::Set(di, static_cast<int32_t>(j)), hn::LoadU(di, lq.n + g * kLanes)));
 }
 
+// Asks for dimension dd's line (at = dd * kKeysPerBlock) of the block of keys after j0's while a
+// score tile works through j0's block. A head's keys in a block are one run of head_dim lines (4 KB
+// at head_dim 64), and the next block's run lies block_stride floats on, in another page, where the
+// CPU's stream prefetchers (which stop at page boundaries) would start cold: on Zen 5,
+// BM_WindowAttention at 4096 keys ran 1.025x (l768) and 1.04x (s256) faster with this (medians of
+// 20-30 alternating rounds).
+// The address is formed as an integer: past the last block it lies outside the cache, and a
+// prefetch there is dropped by the CPU.
+HWY_INLINE void PrefetchNextKeyBlock(const float* kt, int64_t block_stride, int64_t j0, int64_t at) {
+  const int64_t next = key_column(j0 + kKeysPerBlock, block_stride) + at;
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(kt) + static_cast<uintptr_t>(next) * sizeof(float)));
+}
+
 // Keys per register tile for QV query vectors: 8 (up to 24 accumulators), 4 for four vectors.
 template <int QV>
 constexpr int kLaneKeys = QV == 4 ? 4 : 8;
@@ -385,6 +398,7 @@ HWY_INLINE void LaneScores(const float* HWY_RESTRICT qt, int64_t ld, const LaneQ
     for (int32_t dd = 0; dd < head_dim; ++dd) {
       const float* qd = qt + static_cast<int64_t>(dd) * ld + g0 * kLanes;
       const int64_t at = static_cast<int64_t>(dd) * kKeysPerBlock;
+      PrefetchNextKeyBlock(kt, block_stride, j0, at);
       // Each query vector and each key's value is loaded once (the repeats fold away).
       const auto fma = [&](hn::Vec<DF>& a, size_t I_) LOCKSTEP_LAMBDA_INLINE {
         a = hn::MulAdd(hn::LoadU(d, qd + static_cast<int64_t>(I_ % QV) * kLanes), hn::Set(d, column[I_ / QV][at]), a);
