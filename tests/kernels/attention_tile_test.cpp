@@ -1,12 +1,12 @@
 // Prefill's tiles of queries over long windows (attention_queries with more than three queries,
 // kernels/simd/attention.cpp) against ref::attention, with memcmp, for every SIMD target this
 // machine runs, keys and values in the fast path's blocks of 16 positions (values also as rows):
-// windows T around the tile's spans, the key blocks and vector widths up to 2053 keys, the head
-// dims of s256 (32) and l768 (64) and one that is neither (24), tiles of 4 to 100 queries (past
-// kMaxTileQueries, which splits), tiles starting anywhere (a cached prefix), equal and spread
-// lengths. The reference runs once per case and every target is compared with it; windows of
-// 1031 and 2053 compute three tiles each (the first, one from mid-window, the last), shorter ones
-// every tile of the window.
+// windows T around the tile's spans (64 to 320 keys with the head dims below and spans of 16 or
+// 32 KB), the key blocks and vector widths up to 2053 keys, the head dims of s256 (32) and l768
+// (64) and one that is neither (24), tiles of 4 to 100 queries (past kMaxTileQueries, which
+// splits), tiles starting anywhere (a cached prefix), equal and spread lengths. The reference runs
+// once per case and every target is compared with it; windows of 1031 and 2053 compute three
+// tiles each (the first, one from mid-window, the last), shorter ones every tile of the window.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,7 +104,7 @@ std::vector<Tile> prefill_tiles(int64_t T, int q) {
 TEST(AttentionTile, PrefillTilesOverLongWindowsEqualTheReference) {
   const auto targets = simd::supported_kernels();
   uint64_t seed = 4000;
-  for (int64_t T : {1, 7, 63, 64, 65, 257, 1031, 2053}) {
+  for (int64_t T : {1, 7, 63, 64, 65, 129, 257, 1031, 2053}) {
     for (int32_t hd : {32, 64, 24}) {
       const Window w = make_window(T, hd, seed);
       seed += 3;
