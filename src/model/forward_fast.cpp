@@ -100,6 +100,7 @@ struct AttentionItem {
   int32_t count;
   int32_t head;
   int64_t cost;
+  bool heads = false;  // count consecutive heads (from `head`) of `token`, not count tokens
 };
 
 // A row's items head by head, its tiles in order within each: consecutive items read the same
@@ -107,10 +108,32 @@ struct AttentionItem {
 // inner, every item read another head's, and at 4096 positions (2 MB a head on l768, 25 MB a
 // layer) each came from memory: `BM_WindowAttention/1/4096/48` ran 1.15-1.4x slower in that
 // order (bench/README.md). Threads' static shares then split a row's heads between them.
-std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWork> rows, int32_t heads) {
+//
+// A row of one token (a decode step) takes instead one item per key/value head, its `group` query
+// heads together: each head alone read the group's keys and values again, group times a token. On
+// Zen 5, one decode step's attention at 4096 positions with 8 key/value heads of 64 (a one-off
+// timing) ran 1.3x faster for groups of 4, 1.7x for 3, 2x for 8, and l768's whole step at 4096
+// positions 1.19x with groups of 3 and 1.13x with 4 (medians of 7 alternating rounds;
+// bench/README.md). The kernels give the group's heads the single query's bits (attention_queries
+// with equal lengths). Only where the call's groups are at least its threads: one session's step on
+// more threads than key/value heads would leave threads idle that per-head items keep busy.
+std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWork> rows, int32_t heads,
+                                           int32_t group, int n_threads) {
+  int64_t decode_rows = 0;
+  for (const RowWork& w : rows) decode_rows += (w.out_end - w.start == 1) ? 1 : 0;
+  const bool by_group = group > 1 && decode_rows * (heads / group) >= n_threads;
   std::vector<AttentionItem> items;
   for (size_t r = 0; r < rows.size(); ++r) {
     const int64_t first = p.first[r], count = rows[r].out_end - rows[r].start;
+    if (count == 1 && by_group) {
+      const int64_t keys = p.token_pos[static_cast<size_t>(first)] + 1;
+      for (int32_t h0 = 0; h0 < heads; h0 += group)  // at most kQueriesPerItem heads an item
+        for (int32_t h = h0; h < h0 + group; h += kQueriesPerItem) {
+          const int32_t n = std::min(kQueriesPerItem, h0 + group - h);
+          items.push_back({first, n, h, n * keys, true});
+        }
+      continue;
+    }
     const size_t head0 = items.size();  // head 0's tiles, then each other head's copy of them
     for (int64_t t = 0; t < count; t += kQueriesPerItem) {
       const int32_t n = static_cast<int32_t>(std::min<int64_t>(kQueriesPerItem, count - t));
@@ -380,7 +403,7 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
   auto quantized = [&](const simd::PackedMatrix& b) { return b.blocks ? Quantized{qx, dx} : Quantized{}; };
 
   const Plan plan = make_plan(rows, kv_dim, c.n_layers, kv_scratch);
-  const std::vector<AttentionItem> items = attention_items(plan, rows, c.n_heads);
+  const std::vector<AttentionItem> items = attention_items(plan, rows, c.n_heads, group, n_threads);
   const std::vector<int64_t> groups = attention_groups(items, hd);
   const int64_t R = plan.tokens;
   const int64_t R_out = static_cast<int64_t>(plan.out_token.size());
@@ -479,16 +502,19 @@ void forward_fast(const Model::Impl& m, std::span<const RowWork> rows, int threa
           const KvView& kv = plan.kv[static_cast<size_t>(plan.token_row[static_cast<size_t>(it.token)])];
           const int64_t g = it.head / group;
           int64_t keys[kQueriesPerItem];
-          for (int32_t i = 0; i < it.count; ++i) keys[i] = plan.token_pos[static_cast<size_t>(it.token + i)] + 1;
+          for (int32_t i = 0; i < it.count; ++i)
+            keys[i] = plan.token_pos[static_cast<size_t>(it.heads ? it.token : it.token + i)] + 1;
+          // Queries (and outputs) i apart: consecutive tokens of one head, or a token's heads.
+          const int64_t q_step = it.heads ? hd : qkv_ld, out_step = it.heads ? hd : q_dim;
           float* out = att + it.token * q_dim + it.head * hd;
-          k.attention_queries(qkv + it.token * qkv_ld + it.head * hd, qkv_ld, keys, it.count,
+          k.attention_queries(qkv + it.token * qkv_ld + it.head * hd, q_step, keys, it.count,
                               kv.keys + l * kv.key_layer_stride + g * hd * simd::kKeysPerBlock,
                               simd::key_block_stride(kv_dim),
                               kv.values + l * kv.value_layer_stride + g * hd * simd::kKeysPerBlock, hd,
                               simd::key_block_stride(kv_dim), static_cast<int32_t>(hd),
-                              m.attention_scale, out, q_dim, scratch);
+                              m.attention_scale, out, out_step, scratch);
           if (bf16)
-            for (int32_t i = 0; i < it.count; ++i) k.round_bf16(out + i * q_dim, out + i * q_dim, hd);
+            for (int32_t i = 0; i < it.count; ++i) k.round_bf16(out + i * out_step, out + i * out_step, hd);
         }
         return;
       }
