@@ -108,6 +108,16 @@ HWY_INLINE void DivideRows(float* HWY_RESTRICT out, int64_t out_stride, const fl
 
 constexpr int64_t kFloatsPerLine = 64 / sizeof(float);
 
+// Asks the CPU for the line holding base[offset] ahead of its use. The kernels ask for the next
+// block of keys or values: a head's 16 positions in a block are one run (4 KB at head_dim 64) and
+// the next block's run starts in another page, where the CPU's stream prefetchers (which stop at
+// page boundaries) start cold. The address is formed as an integer: past the last block it lies
+// outside the cache, and a prefetch there is dropped by the CPU.
+HWY_INLINE void AskForLine(const float* base, int64_t offset) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) +
+                                                   static_cast<uintptr_t>(offset) * sizeof(float)));
+}
+
 // out[d0 .. d0 + U N) = sum_j e_j v_j[d] as U vectors of independent chains over j, unscaled
 // (value j at v + value_row(j, ldv, v_block_stride)). With `l`, the first tile also runs the
 // softmax denominator's chain, *l = sum of e_j in increasing j from +0, beside its own (both are
@@ -123,14 +133,10 @@ HWY_INLINE void WeightedSum(const float* HWY_RESTRICT e, const float* HWY_RESTRI
       const int64_t run_end = std::min(n, j + kKeysPerBlock);
       const float* row = v + value_row(j, ldv, v_block_stride) + d0;
       for (; j < run_end; ++j, row += ldv) {
-        // Asks for this row's lines in the next block (v_block_stride on: another page, where
-        // the stream prefetchers start cold; each value is read once here). BM_WindowDecode/1/4096
-        // 1.10x on Zen 5 (359 -> 327 ms, medians of 12 alternating rounds); the keys' lines
-        // asked for the same way ran 0.93x. The address is an integer: past the last block it
-        // lies outside the cache, and a prefetch there is dropped by the CPU.
-        const uintptr_t next = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(v_block_stride) * sizeof(float);
-        for (int64_t at = 0; at < U * N; at += kFloatsPerLine)
-          __builtin_prefetch(reinterpret_cast<const void*>(next + static_cast<uintptr_t>(at) * sizeof(float)));
+        // This row's lines in the next block (each value is read once here): BM_WindowDecode/1/4096
+        // 1.10x on Zen 5 (351.5 -> 317 ms, medians of 10 alternating rounds); the keys' lines
+        // asked for the same way ran 0.93x.
+        for (int64_t at = 0; at < U * N; at += kFloatsPerLine) AskForLine(row, v_block_stride + at);
         const auto ej = hn::Set(d, e[j]);
         if (l) sum = sum + e[j];
         ((acc = hn::MulAdd(ej, hn::LoadU(d, row + static_cast<int64_t>(I) * N), acc)), ...);
@@ -380,19 +386,6 @@ HWY_INLINE hn::Mask<DF> ReadsKey(const LaneQueries& lq, int g, int64_t j) {
   return hn::RebindMask(DF(), hn::Lt(hn::Set(di, static_cast<int32_t>(j)), hn::LoadU(di, lq.n + g * kLanes)));
 }
 
-// Asks for dimension dd's line (at = dd * kKeysPerBlock) of the block of keys after j0's while a
-// score tile works through j0's block. A head's keys in a block are one run of head_dim lines (4 KB
-// at head_dim 64), and the next block's run lies block_stride floats on, in another page, where the
-// CPU's stream prefetchers (which stop at page boundaries) would start cold: on Zen 5,
-// BM_WindowAttention at 4096 keys ran 1.025x (l768) and 1.04x (s256) faster with this (medians of
-// 20-30 alternating rounds).
-// The address is formed as an integer: past the last block it lies outside the cache, and a
-// prefetch there is dropped by the CPU.
-HWY_INLINE void PrefetchNextKeyBlock(const float* kt, int64_t block_stride, int64_t j0, int64_t at) {
-  const int64_t next = key_column(j0 + kKeysPerBlock, block_stride) + at;
-  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(kt) + static_cast<uintptr_t>(next) * sizeof(float)));
-}
-
 // Keys per register tile for QV query vectors: 8 (up to 24 accumulators), 4 for four vectors.
 template <int QV>
 constexpr int kLaneKeys = QV == 4 ? 4 : 8;
@@ -412,7 +405,9 @@ HWY_INLINE void LaneScores(const float* HWY_RESTRICT qt, int64_t ld, const LaneQ
     for (int32_t dd = 0; dd < head_dim; ++dd) {
       const float* qd = qt + static_cast<int64_t>(dd) * ld + g0 * kLanes;
       const int64_t at = static_cast<int64_t>(dd) * kKeysPerBlock;
-      PrefetchNextKeyBlock(kt, block_stride, j0, at);
+      // Dimension dd's line of the block after j0's: BM_WindowAttention at 4096 keys 1.025x (l768)
+      // and 1.04x (s256) on Zen 5 (medians of 20-30 alternating rounds).
+      AskForLine(kt, key_column(j0 + kKeysPerBlock, block_stride) + at);
       // Each query vector and each key's value is loaded once (the repeats fold away).
       const auto fma = [&](hn::Vec<DF>& a, size_t I_) LOCKSTEP_LAMBDA_INLINE {
         a = hn::MulAdd(hn::LoadU(d, qd + static_cast<int64_t>(I_ % QV) * kLanes), hn::Set(d, column[I_ / QV][at]), a);
