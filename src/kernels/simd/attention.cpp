@@ -197,8 +197,8 @@ void Attention(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_
   DivideRows(out, head_dim, &l, 1, head_dim);
 }
 
-// Vectors per score tile for QB <= 3 queries: QB * 4 accumulators, at most 12 of the 16 AVX2
-// registers.
+// Vectors per score tile for QB <= kSharedQueries queries: QB * 4 accumulators, at most 12 of
+// AVX2's 16 registers, 24 of AVX-512's 32.
 constexpr int kTileVectors = 4;
 
 // Scores of QB queries at once over U vectors of keys from j0 (a multiple of N): acc[i][u] lanes
@@ -722,6 +722,23 @@ int64_t QueriesScratch(int nq, int64_t n_max, int32_t) {
 }
 #endif
 
+// Queries that AttentionMulti takes at once: 3 within AVX2's 16 registers; 6 with AVX-512's 32
+// (ScoresMulti's and WeightedRows' tiles of 6 queries by 4 vectors: 24 accumulators).
+constexpr int kSharedQueries = HWY_MAX_BYTES >= 64 ? 6 : 3;
+
+// Attention for 1 <= nq <= kSharedQueries queries, each key vector's and value row's loads shared
+// among them (AttentionMulti), or the single query's kernel.
+void AttentionShared(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
+                     int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
+                     float scale, float* out, int64_t out_stride, float* scratch) {
+  if (nq == 1)
+    return Attention(q, kt, block_stride, v, ldv, v_block_stride, n[0], head_dim, scale, out, scratch);
+  ForCount<kSharedQueries>(nq, [&](auto qb) {
+    AttentionMulti<decltype(qb)::value>(q, q_stride, n, kt, block_stride, v, ldv, v_block_stride, head_dim, scale,
+                                        out, out_stride, scratch);
+  });
+}
+
 // Kernels::attention_queries with the tile's span of span_bytes.
 void AttentionQueriesSpan(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
                           int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride,
@@ -734,21 +751,28 @@ void AttentionQueriesSpan(const float* q, int64_t q_stride, const int64_t* n, in
                            span_bytes);
     return;
   }
+#if HWY_TARGET <= HWY_AVX3
+  // Up to 8 queries (a decode step's group of query heads, the last positions of a prefill row):
+  // the lanes tile would leave half or more of its 16 lanes idle (its scores cost a whole vector
+  // of queries), so they go to AttentionMulti, 6 at most at a time, 7 and 8 as 4 and the rest.
+  // A decode step's attention for 8 key/value heads of 64 at 4096 positions on Zen 5: groups of
+  // 4 (Llama 3.2 1B's) 0.81 -> 0.41 ms, groups of 8 0.97 -> 0.89 ms (bench/README.md, "Grouped-query
+  // decode").
+  if (nq > 3 && nq <= 8) {
+    const int first = nq <= kSharedQueries ? nq : 4;
+    AttentionShared(q, q_stride, n, first, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
+                    out_stride, scratch);
+    if (nq > first)
+      AttentionShared(q + first * q_stride, q_stride, n + first, nq - first, kt, block_stride, v, ldv,
+                      v_block_stride, head_dim, scale, out + first * out_stride, out_stride, scratch);
+    return;
+  }
+#endif
   if (nq > 3)
     return AttentionTile(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
                          out_stride, scratch, span_bytes);
-  switch (nq) {
-    case 3:
-      return AttentionMulti<3>(q, q_stride, n, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
-                               out_stride, scratch);
-    case 2:
-      return AttentionMulti<2>(q, q_stride, n, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
-                               out_stride, scratch);
-    default:
-      for (int i = 0; i < nq; ++i)
-        Attention(q + i * q_stride, kt, block_stride, v, ldv, v_block_stride, n[i], head_dim, scale,
-                  out + i * out_stride, scratch);
-  }
+  AttentionShared(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out, out_stride,
+                  scratch);
 }
 
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
