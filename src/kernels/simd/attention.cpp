@@ -756,8 +756,8 @@ void AttentionQueriesSpan(const float* q, int64_t q_stride, const int64_t* n, in
   // the lanes tile would leave half or more of its 16 lanes idle (its scores cost a whole vector
   // of queries), so they go to AttentionMulti, 6 at most at a time, 7 and 8 as 4 and the rest.
   // A decode step's attention for 8 key/value heads of 64 at 4096 positions on Zen 5: groups of
-  // 4 (Llama 3.2 1B's) 0.81 -> 0.41 ms, groups of 8 0.97 -> 0.89 ms (bench/README.md, "Grouped-query
-  // decode").
+  // 4 (Llama 3.2 1B's) 2.0-2.3x, groups of 8 1.07-1.22x (five runs; bench/README.md,
+  // "Grouped-query decode").
   if (nq > 3 && nq <= 8) {
     const int first = nq <= kSharedQueries ? nq : 4;
     AttentionShared(q, q_stride, n, first, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
