@@ -192,7 +192,8 @@ struct Kernels {
   // at out + i * out_stride. Sharing the loads of keys and values, each output
   // has the bits of `attention` alone. Up to 3 queries share each key's loads (up to 8 on
   // AVX-512, 6 at a time); more (prefill's runs of positions) go in tiles of up to
-  // kMaxTileQueries that read the keys and values by blocks from L1. scratch holds attention_queries_scratch(nq, n[nq - 1], head_dim) floats.
+  // kMaxTileQueries that read the keys and values by blocks from L1. scratch holds
+  // attention_queries_scratch(nq, n[nq - 1], head_dim) floats.
   void (*attention_queries)(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
                             int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride,
                             int32_t head_dim, float scale, float* out, int64_t out_stride,
