@@ -20,7 +20,7 @@
 # answering its logits (`--at --output logits`), unless SERVE_FLAGS gives --at or --output.
 #
 # --dir (default: a temporary folder, removed at the end) holds haproxy.cfg, each process's log
-# (NAME.log), pid (NAME.pid, rewritten at each start) and ports (NAME.ports: HTTP then frames),
+# (NAME.log), pid (NAME.pid, replaced at each start) and ports (NAME.ports: HTTP then frames),
 # haproxy.sock (HAProxy's runtime API) and, once everything is up, cluster.env (HTTP_URL=,
 # FRAMES=). The line "cluster: ready" on standard output says the same.
 set -euo pipefail
@@ -94,6 +94,12 @@ on_signal() { echo "cluster: stopping (replicas drain, at most ${DRAIN} s)"; sto
 trap on_signal INT TERM
 trap 'status=$?; [ $STOPPING -eq 1 ] || { stop_all; }; exit $status' EXIT
 
+# A pid or ports file is written under a temporary name and renamed, so a reader (the tests poll
+# NAME.pid while a process restarts) sees the old contents or the new ones, never an empty file.
+write_file() {  # path, contents
+  printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1"
+}
+
 start_replica() {  # name; first start on free ports, later ones on the same ports
   local name=$1 http=127.0.0.1:0 frames=127.0.0.1:0
   if [ -n "${ARGS[$name]:-}" ]; then read -r http frames <<<"${ARGS[$name]}"; fi
@@ -109,7 +115,7 @@ start_replica() {  # name; first start on free ports, later ones on the same por
     --drain-seconds "$DRAIN" "${body[@]}" "${call[@]}" "${SERVE_FLAGS[@]}" >"$DIR/$name.log" 2>&1 &
   PID[$name]=$!
   STARTED[$name]=$SECONDS
-  echo "${PID[$name]}" >"$DIR/$name.pid"
+  write_file "$DIR/$name.pid" "${PID[$name]}"
 }
 
 wait_replica() {  # name; waits for its start line, records its ports; 1 if it failed
@@ -127,14 +133,14 @@ wait_replica() {  # name; waits for its start line, records its ports; 1 if it f
     echo "cluster: replica $name did not start:" >&2; tail -n 20 "$DIR/$name.log" >&2; return 1
   fi
   ARGS[$name]="$http $frames"
-  echo "$http $frames" >"$DIR/$name.ports"
+  write_file "$DIR/$name.ports" "$http $frames"
 }
 
 start_haproxy() {
   haproxy -db -f "$DIR/haproxy.cfg" >"$DIR/haproxy.log" 2>&1 &
   PID[haproxy]=$!
   STARTED[haproxy]=$SECONDS
-  echo "${PID[haproxy]}" >"$DIR/haproxy.pid"
+  write_file "$DIR/haproxy.pid" "${PID[haproxy]}"
 }
 
 # The replicas, all started at once, then their ports.

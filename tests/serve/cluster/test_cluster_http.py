@@ -267,6 +267,49 @@ def test_ctrl_c_stops_every_process(cluster):
     assert not c.left_running()
 
 
+def test_pid_and_ports_files_are_replaced_whole_when_processes_restart(cluster):
+    """deploy/cluster.sh rewrites NAME.pid and NAME.ports at each restart while readers (these
+    tests, an operator's script) poll them. Written in place, a reader could catch the file empty
+    between the truncation and the write (CI saw `int('')` here once); written to a temporary name
+    and renamed, every read sees a whole file. A rename gives the path a new inode; a rewrite in
+    place keeps the old one, so the inodes tell the two apart without winning a race."""
+    c = cluster(replicas=1)
+    files = [c.dir / n for n in ("r1.pid", "r1.ports", "haproxy.pid")]
+    before = {f.name: f.stat().st_ino for f in files}
+    bad, stop = [], threading.Event()
+
+    def read_all():  # every read during the restarts must parse
+        while not stop.is_set():
+            for f in files:
+                try:
+                    text = f.read_text()
+                except FileNotFoundError:
+                    bad.append(f"{f.name} missing")
+                    continue
+                fields = text.split()
+                if f.name.endswith(".pid") and not (len(fields) == 1 and fields[0].isdigit()):
+                    bad.append(f"{f.name}: {text!r}")
+                elif f.name.endswith(".ports") and len(fields) != 2:
+                    bad.append(f"{f.name}: {text!r}")
+
+    reader = threading.Thread(target=read_all)
+    reader.start()
+    try:
+        c.wait_up("r1", c.signal("r1", 9))
+        haproxy = c.signal("haproxy", 9)
+        deadline = time.monotonic() + 30
+        while c.pid("haproxy") == haproxy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.pid("haproxy") != haproxy, c.output()
+    finally:
+        stop.set()
+        reader.join(10)
+    assert not bad, bad[:5]
+    after = {f.name: f.stat().st_ino for f in files}
+    assert all(after[n] != before[n] for n in before), (before, after)
+    assert not list(c.dir.glob("*.tmp"))
+
+
 def plain_completion(http_address, b):
     """One request with http.client alone (no retry, new connection): (status, replica, text)."""
     conn = http.client.HTTPConnection(*http_address, timeout=30)
