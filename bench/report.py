@@ -122,6 +122,16 @@ def main():
             flops = 3 * forward_flops_per_token("s256")
             print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)"
                   + (f"; fastest step {fast1 * flops / 1e9:.1f} ({100 * fast1 * flops / peak1:.1f}%)" if fast1 else ""))
+        avx2 = rate(trn.get("BM_TrainStepAvx2"), "tokens")
+        avx2_fast = fastest_step(folder, "BM_TrainStepAvx2")
+        avx2_peak = rate(trn.get("BM_FmaPeakAvx2"), "flops")
+        if avx2 and avx2_peak:
+            # The library's AVX2 code on this CPU, against the peak of AVX2's vectors: what an AVX2
+            # CPU's share would be, as far as the instructions decide it.
+            flops = 3 * forward_flops_per_token("s256")
+            print(f"  the AVX2 code on this CPU, 1 thread: {avx2:,.0f} tokens/s, {avx2 * flops / 1e9:.1f} GFLOP/s "
+                  f"({100 * avx2 * flops / avx2_peak:.1f}% of the AVX2 FMA peak, {avx2_peak / 1e9:.1f})"
+                  + (f"; fastest step {100 * avx2_fast * flops / avx2_peak:.1f}%" if avx2_fast else ""))
         for label, name in (("forward, 3 queries at a time (inference's prefill)", "BM_Attention/0"),
                             ("forward (training)", "BM_Attention/1"), ("backward", "BM_Attention/2")):
             gf = rate(trn.get(name), "flops")

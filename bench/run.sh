@@ -78,8 +78,8 @@ case "$WHAT" in
     run_filter structured 'BM_StructuredDecode'
     ;;&
   train|all)
-    stage "train: training steps of s256 on 1 and 2 threads, attention kernels, optimizer pass"
-    run_filter train 'BM_FmaPeak/1|BM_TrainStep|BM_Attention|BM_OptimizerPass'
+    stage "train: training steps of s256 on 1 and 2 threads (and 1 in the AVX2 code), attention kernels, optimizer pass"
+    run_filter train 'BM_FmaPeak/1|BM_FmaPeakAvx2|BM_TrainStep|BM_Attention|BM_OptimizerPass'
     if /usr/bin/python3 -c "import torch" 2>/dev/null; then
       stage "train: the PyTorch baseline (bench/torch_train.py), same shape, 1 and 2 threads"
       /usr/bin/python3 bench/torch_train.py --out "$OUT/torch.json" || echo "bench/run.sh: the PyTorch baseline failed" >&2
