@@ -118,8 +118,8 @@ def main():
                       + (f", {fast2 / t['2_fastest_step']:.2f}x on 2" if fast2 and t.get('2_fastest_step') else ""))
         else:
             print("  (no PyTorch run beside it: python3-torch is not installed, or its run failed)")
+        flops = 3 * forward_flops_per_token("s256")  # a training step's, per token
         if peak1 and one:
-            flops = 3 * forward_flops_per_token("s256")
             print(f"  training GFLOP/s on 1 thread: {one * flops / 1e9:.1f} ({100 * one * flops / peak1:.1f}% of the FMA peak)"
                   + (f"; fastest step {fast1 * flops / 1e9:.1f} ({100 * fast1 * flops / peak1:.1f}%)" if fast1 else ""))
         avx2 = rate(trn.get("BM_TrainStepAvx2"), "tokens")
@@ -128,7 +128,6 @@ def main():
         if avx2 and avx2_peak:
             # The library's AVX2 code on this CPU, against the peak of AVX2's vectors: what an AVX2
             # CPU's share would be, as far as the instructions decide it.
-            flops = 3 * forward_flops_per_token("s256")
             print(f"  the AVX2 code on this CPU, 1 thread: {avx2:,.0f} tokens/s, {avx2 * flops / 1e9:.1f} GFLOP/s "
                   f"({100 * avx2 * flops / avx2_peak:.1f}% of the AVX2 FMA peak, {avx2_peak / 1e9:.1f})"
                   + (f"; fastest step {100 * avx2_fast * flops / avx2_peak:.1f}%" if avx2_fast else ""))

@@ -94,8 +94,9 @@ on_signal() { echo "cluster: stopping (replicas drain, at most ${DRAIN} s)"; sto
 trap on_signal INT TERM
 trap 'status=$?; [ $STOPPING -eq 1 ] || { stop_all; }; exit $status' EXIT
 
-# A pid or ports file is written under a temporary name and renamed, so a reader (the tests poll
-# NAME.pid while a process restarts) sees the old contents or the new ones, never an empty file.
+# A pid, ports or env file is written under a temporary name and renamed, so a reader (the tests
+# poll NAME.pid while a process restarts) sees the old contents or the new ones, never an empty
+# file.
 write_file() {  # path, contents
   printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1"
 }
@@ -177,8 +178,7 @@ EOF
   sleep 0.05
 done
 if [ $ready -ne 1 ]; then echo "cluster: HAProxy did not come up:" >&2; tail -n 20 "$DIR/haproxy.log" >&2; exit 1; fi
-printf 'HTTP_URL=http://%s\nFRAMES=tcp:%s\nDIR=%s\n' "$HTTP_BIND" "$FRAMES_BIND" "$DIR" >"$DIR/cluster.env.tmp"
-mv "$DIR/cluster.env.tmp" "$DIR/cluster.env"
+write_file "$DIR/cluster.env" "$(printf 'HTTP_URL=http://%s\nFRAMES=tcp:%s\nDIR=%s' "$HTTP_BIND" "$FRAMES_BIND" "$DIR")"
 echo "cluster: HTTP   http://$HTTP_BIND  (curl http://$HTTP_BIND/v1/completions -d '{\"prompt\": \"The \", \"max_tokens\": 40, \"seed\": 1}')"
 echo "cluster: frames tcp:$FRAMES_BIND  (python: lockstep.client.Resending(\"tcp:$FRAMES_BIND\"))"
 echo "cluster: logs in $DIR"

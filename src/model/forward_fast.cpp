@@ -114,8 +114,9 @@ struct AttentionItem {
 // Zen 5, one decode step's attention at 4096 positions with 8 key/value heads of 64 (a one-off
 // timing) ran 1.3x faster for groups of 4, 1.7x for 3, 2x for 8, and l768's whole step at 4096
 // positions 1.19x with groups of 3 and 1.13x with 4 (medians of 7 alternating rounds;
-// bench/README.md); groups of 4 to 8 have since gained again on AVX-512 (attention_queries). The kernels give the group's heads the single query's bits (attention_queries
-// with equal lengths). Only where the call's groups are at least its threads: one session's step on
+// bench/README.md); groups of 4 to 8 have since gained again on AVX-512 (attention_queries).
+// The kernels give the group's heads the single query's bits (attention_queries with equal
+// lengths). Only where the call's groups are at least its threads: one session's step on
 // more threads than key/value heads would leave threads idle that per-head items keep busy.
 std::vector<AttentionItem> attention_items(const Plan& p, std::span<const RowWork> rows, int32_t heads,
                                            int32_t group, int n_threads) {
