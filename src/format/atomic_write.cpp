@@ -11,15 +11,12 @@
 #include <cstring>
 #include <vector>
 
+#include "format/format_error.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/os_error.hpp"
 
 namespace lockstep::format {
 namespace {
-
-OsError io_error(const std::string& what, const std::string& path, int err) {
-  return OsError(err, path + ": " + what + ": " + std::strerror(err));
-}
 
 std::string temp_template(const std::string& path) {
   return parent_directory(path) + "/." + base_name(path) + ".tmp-XXXXXX";

@@ -17,10 +17,7 @@
 namespace lockstep::format {
 namespace {
 
-// GGUF's value types.
-enum : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9,
-};
+using namespace gguf_value;
 
 template <typename T>
 void put(std::string& out, T value) {

@@ -14,6 +14,14 @@
 
 namespace lockstep::format {
 
+// GGUF's metadata value types, with the format's numbers (the writer uses the first ten).
+namespace gguf_value {
+enum : uint32_t {
+  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9,
+  kU64 = 10, kI64 = 11, kF64 = 12,
+};
+}  // namespace gguf_value
+
 // ggml's tensor types that lockstep writes, with ggml's numbers.
 // Q4_0, Q5_0 and the K-quants are written only as an int8dot model's blocks, as they were read.
 enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q5_0 = 6, q8_0 = 8, q4_k = 12, q5_k = 13, q6_k = 14 };

@@ -6,14 +6,12 @@
 #include <cstring>
 
 #include "format/format_error.hpp"
+#include "format/gguf.hpp"
 
 namespace lockstep::format {
 namespace {
 
-enum : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9,
-  kU64 = 10, kI64 = 11, kF64 = 12,
-};
+using namespace gguf_value;
 
 constexpr uint64_t kMaxString = uint64_t{1} << 24;  // 16 MiB: longer than any key or token
 constexpr uint32_t kMaxDims = 4;

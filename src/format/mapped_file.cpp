@@ -9,15 +9,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "format/format_error.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/os_error.hpp"
 
 namespace lockstep::format {
 namespace {
-
-OsError io_error(const std::string& what, const std::string& path, int err) {
-  return OsError(err, path + ": " + what + ": " + std::strerror(err));
-}
 
 const char* file_kind(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";

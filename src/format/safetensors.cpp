@@ -29,7 +29,6 @@ constexpr DTypeName kDTypes[] = {
     {DType::u64, "U64", 8},
 };
 
-
 uint64_t read_u64_le(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -41,22 +40,6 @@ std::optional<uint64_t> as_count(const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
-}
-
-std::string quote_name(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += '?';
-    } else {
-      out += c;
-    }
-    if (out.size() > 80) {
-      out += "...";
-      break;
-    }
-  }
-  return out + "'";
 }
 
 TensorEntry parse_entry(const std::string& what, const std::string& name, const json& v) {

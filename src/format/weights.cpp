@@ -19,19 +19,6 @@ namespace lockstep::format {
 namespace {
 
 
-// A name read from the file, quoted, control characters replaced, long ones cut.
-std::string quote_name(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (out.size() > 80) {
-      out += "...";
-      break;
-    }
-    out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
-  }
-  return out + "'";
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

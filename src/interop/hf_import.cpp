@@ -56,9 +56,9 @@ struct Source {
   const uint8_t* data = nullptr;
 };
 
-class Checkpoint {
+class HfCheckpoint {
  public:
-  explicit Checkpoint(const std::string& dir) {
+  explicit HfCheckpoint(const std::string& dir) {
     const std::string single = dir + "/model.safetensors";
     const std::string index = dir + "/model.safetensors.index.json";
     std::vector<std::string> files;
@@ -270,7 +270,7 @@ ImportHfResult import_hf(const std::string& dir_in, const std::string& out, cons
   }
   c.validate();
 
-  Checkpoint ckpt(dir);
+  HfCheckpoint ckpt(dir);
 
   const ParameterRegistry reg(c);
   std::vector<float> params(static_cast<size_t>(reg.total()));

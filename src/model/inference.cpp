@@ -11,8 +11,6 @@
 namespace lockstep {
 namespace {
 
-constexpr int32_t kIgnoreIndex = -100;
-
 [[noreturn]] void invalid(const std::string& message) {
   throw Error(ErrorKind::invalid_argument, message);
 }
@@ -151,7 +149,7 @@ std::vector<float> position_losses(const Model& model, const IdsView& ids, const
   for (int64_t b = 0; b < ids.rows; ++b) {
     for (int64_t t = 0; t <= T; ++t) {
       const int32_t id = ids.at(b, t);
-      if (t == T && id == kIgnoreIndex) continue;
+      if (t == T && id == kIgnoredTarget) continue;
       check_id(c, id, b, t);
     }
   }

@@ -16,8 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, message, field); }
-
 int64_t integer(const json& v, const std::string& field, int64_t lo, int64_t hi) {
   if (!v.is_number_integer())
     throw bad(field, "'" + field + "' must be an integer, got " + v.dump());

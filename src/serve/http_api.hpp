@@ -31,6 +31,9 @@ struct ApiError : std::runtime_error {
   std::string param, type, code;
 };
 
+// A 400 naming the request field that is wrong.
+inline ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, message, field); }
+
 // {"error": {"message", "type", "param", "code"}} with null for an empty param or code.
 std::string error_json(const std::string& message, const std::string& type, const std::string& param,
                        const std::string& code);

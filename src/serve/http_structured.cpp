@@ -13,9 +13,8 @@ namespace {
 
 // Read with its objects' keys in the order written: a schema's properties are generated in
 // that order, as `lockstep generate --json-schema` generates them.
-using json = nlohmann::ordered_json;
+using ordered_json = nlohmann::ordered_json;
 
-ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, message, field); }
 
 // The engine's refusal as a 400 naming `field`.
 template <typename Build>
@@ -27,12 +26,12 @@ std::shared_ptr<const Grammar> built(const std::string& field, Build build) {
   }
 }
 
-std::shared_ptr<const Grammar> from_schema(const json& schema, const std::string& field) {
+std::shared_ptr<const Grammar> from_schema(const ordered_json& schema, const std::string& field) {
   if (!schema.is_object() && !schema.is_boolean()) throw bad(field, "'" + field + "' must be a JSON Schema (an object)");
   return built(field, [&] { return Grammar::from_json_schema(schema.dump()); });
 }
 
-std::shared_ptr<const Grammar> from_response_format(const json& f) {
+std::shared_ptr<const Grammar> from_response_format(const ordered_json& f) {
   if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
     throw bad("response_format", "'response_format' must be an object with a string 'type'");
   const std::string type = f["type"].get<std::string>();
@@ -45,7 +44,7 @@ std::shared_ptr<const Grammar> from_response_format(const json& f) {
     throw bad("response_format.type", "'response_format.type' must be text, json_object or json_schema, got '" + type + "'");
   if (!f.contains("json_schema") || !f["json_schema"].is_object())
     throw bad("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'");
-  const json& s = f["json_schema"];
+  const ordered_json& s = f["json_schema"];
   for (const auto& [key, value] : s.items()) {
     const std::string field = "response_format.json_schema." + key;
     if (key == "name" || key == "description") {
@@ -66,7 +65,7 @@ std::shared_ptr<const Grammar> from_response_format(const json& f) {
 std::shared_ptr<const Grammar> requested_grammar(const std::string& body, const nlohmann::json& request) {
   const auto any = [&](const char* k) { return request.contains(k) && !request[k].is_null(); };
   if (!any("response_format") && !any("grammar") && !any("json_schema")) return nullptr;
-  const json j = format::parse_ordered_json(body);  // parse_body read it already: it is a JSON object
+  const ordered_json j = format::parse_ordered_json(body);  // parse_body read it already: it is a JSON object
   const auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   int count = 0;
   for (const char* k : {"response_format", "grammar", "json_schema"}) count += given(k) ? 1 : 0;

@@ -78,6 +78,11 @@ struct RenderError {
   std::string message;
 };
 
+// Throws the RenderError "line LINE: WHAT".
+[[noreturn]] inline void fail(int line, const std::string& what) {
+  throw RenderError{"line " + std::to_string(line) + ": " + what};
+}
+
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
 // -1, 0, 1 for numbers or strings; throws RenderError for other pairs.

@@ -25,10 +25,6 @@ const std::set<std::string, std::less<>> method_names = {
     "capitalize", "endswith", "get",   "items", "join",  "keys",   "lower",     "lstrip",
     "replace",    "rstrip",   "split", "startswith", "strip", "title", "upper", "values"};
 
-[[noreturn]] void fail(int line, const std::string& what) {
-  throw RenderError{"line " + std::to_string(line) + ": " + what};
-}
-
 const std::string& need_string(const Value& v, const char* what, int line) {
   if (v.kind != Value::Kind::string) fail(line, std::string(what) + " needs a string, not " + kind_name(v));
   return v.s;

@@ -26,10 +26,6 @@ constexpr int64_t max_steps = 1'000'000;
 constexpr size_t max_output = size_t{64} << 20;  // bytes of the text, and of any string made
 constexpr size_t max_items = 1'000'000;          // items of any list made
 
-[[noreturn]] void fail(int line, const std::string& what) {
-  throw RenderError{"line " + std::to_string(line) + ": " + what};
-}
-
 [[noreturn]] void undefined_use(const Value& v, int line, const std::string& use) {
   fail(line, (v.s.empty() ? std::string("a value") : "'" + v.s + "'") + " is undefined (" + use + ")");
 }

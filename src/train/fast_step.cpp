@@ -18,7 +18,6 @@ using simd::PackedMatrix;
 using simd::aligned_floats;
 using simd::matmul_at_part;
 
-constexpr int32_t kIgnore = -100;
 
 // backward_blocks(): the head, the final norm, then per layer (from the last) these tensors in
 // the order the backward finishes their chains, then the embedding.
@@ -188,7 +187,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   for (int64_t r = 0; r < R; ++r) {
     inputs[sz(r)] = ids[(r / L) * (L + 1) + r % L];
     targets[sz(r)] = ids[(r / L) * (L + 1) + r % L + 1];
-    count += targets[sz(r)] != kIgnore;
+    count += targets[sz(r)] != kIgnoredTarget;
   }
   if (part) count = part->count;
   const bool cont = part != nullptr && part->continued;  // chains over rows continue from grad
@@ -333,7 +332,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       for (int64_t r = r0; r < r1; ++r) {
         float* z = ws.logits.get() + r * V;
         const int32_t t = targets[sz(r)];
-        if (t == kIgnore) {
+        if (t == kIgnoredTarget) {
           if (grad) std::fill_n(z, V, 0.0f);
           continue;
         }
@@ -642,7 +641,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   }
   float total = part ? part->total : 0.0f;
   for (int64_t r = 0; r < R; ++r)
-    if (targets[sz(r)] != kIgnore) total = total + ws.losses[sz(r)];
+    if (targets[sz(r)] != kIgnoredTarget) total = total + ws.losses[sz(r)];
   return part ? total : total / countf;
 }
 

@@ -8,8 +8,6 @@
 namespace lockstep::train {
 namespace {
 
-constexpr int32_t kIgnore = -100;
-
 // A matmul operand as the precision sees it: rounded to bf16 under bf16 (f32 only).
 template <typename T>
 std::vector<T> operand(const T* x, int64_t n, bool bf16) {
@@ -139,7 +137,7 @@ T reference_loss_and_gradient(const ModelConfig& c, const RopeTables<T>& rope, c
   T total = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < R; ++r) {
-    if (target(r) == kIgnore) continue;
+    if (target(r) == kIgnoredTarget) continue;
     total = total + ref::cross_entropy(logits.data() + r * V, static_cast<int32_t>(V), target(r));
     ++count;
   }
@@ -149,7 +147,7 @@ T reference_loss_and_gradient(const ModelConfig& c, const RopeTables<T>& rope, c
   // ---- backward ----
   std::vector<T> dlogits(sz(R * V), T(0));
   for (int64_t r = 0; r < R; ++r)
-    if (target(r) != kIgnore)
+    if (target(r) != kIgnoredTarget)
       ref::cross_entropy_backward(logits.data() + r * V, static_cast<int32_t>(V), target(r), static_cast<T>(count),
                                   dlogits.data() + r * V);
   weight_grad(xnf.data(), dlogits.data(), grad + reg.head(), R, d, V, bf16);

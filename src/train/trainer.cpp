@@ -21,26 +21,24 @@
 namespace lockstep {
 namespace {
 
-constexpr int32_t kIgnore = -100;
-
-[[noreturn]] void invalid(const std::string& message) { throw Error(ErrorKind::invalid_argument, message); }
+[[noreturn]] void refuse_input(const std::string& message) { throw Error(ErrorKind::invalid_argument, message); }
 
 void check_finite(std::span<const float> v, const char* what) {
   for (size_t i = 0; i < v.size(); ++i)
-    if (!std::isfinite(v[i])) invalid(std::string(what) + " must be finite; element " + std::to_string(i) + " is " + std::to_string(v[i]));
+    if (!std::isfinite(v[i])) refuse_input(std::string(what) + " must be finite; element " + std::to_string(i) + " is " + std::to_string(v[i]));
 }
 
 void check_ids(const ModelConfig& c, const IdsView& ids) {
   if (!ids.data || ids.rows != c.batch || ids.cols != c.length + 1)
-    invalid("ids must be [" + std::to_string(c.batch) + ", " + std::to_string(c.length + 1) + "]; got [" +
+    refuse_input("ids must be [" + std::to_string(c.batch) + ", " + std::to_string(c.length + 1) + "]; got [" +
             std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "]");
   const std::string range = c.vocab_size == 256 ? "byte values in [0, 256)" : "token ids in [0, " + std::to_string(c.vocab_size) + ")";
   for (int64_t b = 0; b < ids.rows; ++b) {
     for (int64_t t = 0; t <= c.length; ++t) {
       const int32_t id = ids.at(b, t);
-      if (t == c.length && id == kIgnore) continue;
+      if (t == c.length && id == kIgnoredTarget) continue;
       if (id < 0 || id >= c.vocab_size)
-        invalid("ids must be " + range + "; got " + std::to_string(id) + " at row " + std::to_string(b) +
+        refuse_input("ids must be " + range + "; got " + std::to_string(id) + " at row " + std::to_string(b) +
                 ", position " + std::to_string(t));
     }
   }
@@ -50,7 +48,7 @@ void check_ids(const ModelConfig& c, const IdsView& ids) {
 
 void AdamWOptions::validate() const {
   auto bad = [](const char* name, float v, const char* want) {
-    invalid(std::string(name) + " = " + std::to_string(v) + " must be " + want);
+    refuse_input(std::string(name) + " = " + std::to_string(v) + " must be " + want);
   };
   if (!(std::isfinite(lr) && lr > 0)) bad("lr", lr, "a positive finite number");
   if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", beta1, "in [0, 1)");
@@ -85,12 +83,12 @@ struct Trainer::Impl {
   Impl(const ModelConfig& c, const TrainerOptions& o) : config(c), registry(c), options(o), rope(c) {
     o.adamw.validate();
     if (!(o.ema_decay >= 0.0f && o.ema_decay < 1.0f))
-      invalid("ema decay = " + number_text(o.ema_decay) + " must be in [0, 1) (0: no EMA)");
+      refuse_input("ema decay = " + number_text(o.ema_decay) + " must be in [0, 1) (0: no EMA)");
     if (o.threads < 0 || o.threads > max_threads)
-      invalid("threads must be in [1, " + std::to_string(max_threads) + "], or 0 for one per core");
+      refuse_input("threads must be in [1, " + std::to_string(max_threads) + "], or 0 for one per core");
     std::set<std::string> seen;
     for (const std::string& name : o.frozen) {
-      if (!seen.insert(name).second) invalid("frozen parameter '" + name + "' is listed twice");
+      if (!seen.insert(name).second) refuse_input("frozen parameter '" + name + "' is listed twice");
       const ParameterInfo& e = registry.at(name);
       frozen.push_back({e.offset, e.offset + e.count});
     }
@@ -98,7 +96,7 @@ struct Trainer::Impl {
     if (o.device == Device::cuda)
       throw Error(ErrorKind::unsupported, "training does not run on device 'cuda'; it trains on 'cpu' and 'reference'");
     if (o.ranks && o.ranks->size() > 1 && o.device == Device::reference)
-      invalid("data-parallel training (" + std::to_string(o.ranks->size()) +
+      refuse_input("data-parallel training (" + std::to_string(o.ranks->size()) +
               " ranks) runs on the fast device; the reference device trains in one process");
   }
 
@@ -151,7 +149,7 @@ struct Trainer::Impl {
     const auto [b0, b1] = train::rank_rows(ids.rows, r, n);
     train::FastStep::BatchPart part;
     for (int64_t b = 0; b < ids.rows; ++b)
-      for (int64_t t = 1; t < ids.cols; ++t) part.count += ids.at(b, t) != kIgnore;
+      for (int64_t t = 1; t < ids.cols; ++t) part.count += ids.at(b, t) != kIgnoredTarget;
     // The gradient and the loss total travel in size + 1 floats, block by block of
     // FastStep::backward_blocks() as the backward finishes them (the total last), so that a
     // rank continues a block's chains while the rank before is still computing later blocks.
@@ -249,7 +247,7 @@ Trainer::Trainer(const ModelConfig& config, std::span<const float> parameters, c
   refuse_untrainable(config);
   auto impl = std::make_unique<Impl>(config, options);
   if (static_cast<int64_t>(parameters.size()) != impl->registry.total())
-    invalid("parameters must hold " + std::to_string(impl->registry.total()) + " float32 values, got " +
+    refuse_input("parameters must hold " + std::to_string(impl->registry.total()) + " float32 values, got " +
             std::to_string(parameters.size()));
   check_finite(parameters, "parameters");
   impl->params.assign(parameters.begin(), parameters.end());
@@ -265,21 +263,21 @@ Trainer Trainer::from_state(const ModelConfig& config, TrainerState state, const
   auto impl = std::make_unique<Impl>(config, options);
   const size_t n = static_cast<size_t>(impl->registry.total());
   auto check = [&](const std::vector<float>& v, const char* name) {
-    if (v.size() != n) invalid(std::string(name) + " must hold " + std::to_string(n) + " float32 values, got " + std::to_string(v.size()));
+    if (v.size() != n) refuse_input(std::string(name) + " must hold " + std::to_string(n) + " float32 values, got " + std::to_string(v.size()));
     check_finite(v, name);
   };
   check(state.parameters, "parameters");
   check(state.m, "m");
   check(state.v, "v");
   for (size_t i = 0; i < n; ++i)
-    if (state.v[i] < 0.0f) invalid("v must not be negative; element " + std::to_string(i) + " is " + std::to_string(state.v[i]));
+    if (state.v[i] < 0.0f) refuse_input("v must not be negative; element " + std::to_string(i) + " is " + std::to_string(state.v[i]));
   if (options.ema_decay > 0.0f) {
     if (state.ema.empty()) state.ema = state.parameters;
     check(state.ema, "ema");
   } else if (!state.ema.empty()) {
-    invalid("an EMA was given but the options keep none (ema_decay 0)");
+    refuse_input("an EMA was given but the options keep none (ema_decay 0)");
   }
-  if (state.completed_steps < 0) invalid("completed_steps must not be negative");
+  if (state.completed_steps < 0) refuse_input("completed_steps must not be negative");
   impl->params = std::move(state.parameters);
   impl->m = std::move(state.m);
   impl->v = std::move(state.v);
