@@ -32,6 +32,7 @@
 #include "lockstep/trainer.hpp"
 #include "model/model_impl.hpp"
 #include "model/packed_weights.hpp"
+#include "bench/simd_target.hpp"
 #include "train/optimizer_pass.hpp"
 
 #include <map>
@@ -80,11 +81,7 @@ std::vector<float> random_vector(int64_t n, uint64_t seed) {
   return v;
 }
 
-// Whether this build compiled the named SIMD target and this CPU runs it.
-bool has_simd_target(const std::string& name) {
-  const auto targets = simd_targets();
-  return std::find(targets.begin(), targets.end(), name) != targets.end();
-}
+using bench::has_simd_target;
 
 // FMA peak on `threads` threads at once (each thread its own chains), in the best target's
 // vectors or (avx2) in AVX2's.
