@@ -34,7 +34,10 @@ bool Node::boolean_or(const char* key, bool fallback) const {
 }
 
 int32_t Node::id() const {
-  if (!v->is_number_unsigned() || v->get<uint64_t>() > 0x7fffffffu) refuse("must be a token id (0 to 2147483647)");
+  // Bounded by the vocabulary a model may have (docs/LIMITS.md): the tokenizer keeps a table
+  // indexed by id, so an id of 2^31 - 1 would have asked for 64 GB.
+  if (!v->is_number_unsigned() || v->get<uint64_t>() >= (uint64_t{1} << 20))
+    refuse("must be a token id (0 to 1048575, the largest vocabulary lockstep takes)");
   return static_cast<int32_t>(v->get<uint64_t>());
 }
 

@@ -42,6 +42,9 @@ BAD = [
     (("model", "merges"), 5, "model.merges must be an array"),
     (("model", "merges", 0), ["Ġ", "no such token"], "model.merges[0] names a token not in the vocabulary"),
     (("model", "vocab", "a"), "x", 'model.vocab["a"] must be a token id'),
+    # An id past lockstep's largest vocabulary (2^20): the id-indexed table once asked for 7 GB
+    # (fuzz_hf_tokenizer's finding).
+    (("model", "vocab", "a"), 222222222, 'model.vocab["a"] must be a token id (0 to 1048575'),
     (("model", "byte_fallback"), True, "model.byte_fallback true is not supported"),
     (("model", "continuing_subword_prefix"), "##", 'model.continuing_subword_prefix "##" is not supported'),
     (("model", "dropout"), 0.1, "model.dropout is not supported"),
