@@ -21,6 +21,8 @@ namespace lockstep {
 // one: 2^31, 8 GiB as f32 (docs/LIMITS.md). ModelConfig::validate refuses more, saying how many
 // bytes the configuration would need.
 inline constexpr int64_t max_parameters = int64_t{1} << 31;
+// The most token ids a model may have (vocab_size); a tokenizer.json id must be below it.
+inline constexpr int32_t max_vocab_size = 1 << 20;
 
 // The arithmetic profiles (docs/ARITHMETIC.md). Each model computes one, which model.json names
 // (Model::profile()); a loader refuses one this build does not compute.

@@ -10,7 +10,6 @@ namespace lockstep {
 namespace {
 
 // Upper bounds that keep every product of dimensions far inside int64 and every allocation sane.
-constexpr int32_t kMaxVocab = 1 << 20;
 constexpr int32_t kMaxLength = 1 << 16;
 constexpr int32_t kMaxWidth = 1 << 16;
 constexpr int32_t kMaxLayers = 1024;
@@ -28,7 +27,7 @@ std::string range(const char* name, int64_t value, int64_t lo, int64_t hi) {
 }  // namespace
 
 void ModelConfig::validate() const {
-  require(vocab_size >= 1 && vocab_size <= kMaxVocab, range("vocab_size", vocab_size, 1, kMaxVocab));
+  require(vocab_size >= 1 && vocab_size <= max_vocab_size, range("vocab_size", vocab_size, 1, max_vocab_size));
   require(length >= 1 && length <= kMaxLength, range("length", length, 1, kMaxLength));
   require(d_model >= 2 && d_model <= kMaxWidth, range("d_model", d_model, 2, kMaxWidth));
   require(n_layers >= 1 && n_layers <= kMaxLayers, range("n_layers", n_layers, 1, kMaxLayers));

@@ -45,7 +45,7 @@ struct Node {
   std::string str() const;
   bool boolean() const;
   bool boolean_or(const char* key, bool fallback) const;
-  int32_t id() const;  // a token id: 0 to 2^20 - 1 (docs/LIMITS.md's vocabulary)
+  int32_t id() const;  // a token id: 0 to max_vocab_size - 1 (lockstep/config.hpp)
   const json& array() const;
   const json& object() const;
   std::string type() const;  // its "type" string

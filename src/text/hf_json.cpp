@@ -4,6 +4,8 @@
 
 #include "text/hf.hpp"
 
+#include "lockstep/config.hpp"
+
 namespace lockstep::text::hf {
 
 Node Node::at(const char* key) const {
@@ -36,8 +38,8 @@ bool Node::boolean_or(const char* key, bool fallback) const {
 int32_t Node::id() const {
   // Bounded by the vocabulary a model may have (docs/LIMITS.md): the tokenizer keeps a table
   // indexed by id, so an id of 2^31 - 1 would have asked for 64 GB.
-  if (!v->is_number_unsigned() || v->get<uint64_t>() >= (uint64_t{1} << 20))
-    refuse("must be a token id (0 to 1048575, the largest vocabulary lockstep takes)");
+  if (!v->is_number_unsigned() || v->get<uint64_t>() >= static_cast<uint64_t>(max_vocab_size))
+    refuse("must be a token id (0 to " + std::to_string(max_vocab_size - 1) + ", the largest vocabulary lockstep takes)");
   return static_cast<int32_t>(v->get<uint64_t>());
 }
 
