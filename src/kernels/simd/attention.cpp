@@ -8,8 +8,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -317,18 +315,25 @@ void AttentionMulti(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t
   DivideRows(out, out_stride, l, QB, head_dim);
 }
 
-// The tiled kernel's span of keys: span_bytes of one head's keys or values, a multiple of
+// The tiled kernel's span of keys: kTileSpanBytes of one head's keys or values, a multiple of
 // kTileVectors vectors, which stays in L1 while every group of the tile's queries passes over it.
 // Both are read in place: each of the layouts' blocks of kKeysPerBlock positions holds a head's
 // keys, and its values, as one contiguous run (head_dim * 64 bytes), which spreads over the L1
-// sets evenly (kernels.hpp). kTileSpanBytes fits an L1 of 32 KB with the span's scores beside it;
-// AVX-512's lanes tile takes kWideTileSpanBytes where L1 holds 48 KB or more (FillAttention).
+// sets evenly (kernels.hpp). 16 KB fits an L1 of 32 KB with the span's scores beside it. AVX-512's
+// lanes tile takes 32 KB, so that its groups of queries load and store their accumulators half as
+// often: BM_WindowAttention/1/4096/48 1.02-1.026x on Zen 5 (L1 48 KB; medians of 20-25 alternating
+// rounds) and 1.02x on Zen 4 (L1 32 KB; 273.7 -> 268 ms, three alternating rounds), no change at
+// head_dim 32. AVX2's tile, whose 16 groups of 3 queries each re-read the span from L1, ran 0.986x
+// with 32 KB on Zen 5, so keeps 16 KB.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int64_t kTileSpanBytes = 32 << 10;
+#else
 constexpr int64_t kTileSpanBytes = 16 << 10;
-constexpr int64_t kWideTileSpanBytes = 32 << 10;
+#endif
 
-int64_t TileSpan(int32_t head_dim, int64_t span_bytes) {
+int64_t TileSpan(int32_t head_dim) {
   const int64_t tile = kTileVectors * static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t keys = span_bytes / static_cast<int64_t>(sizeof(float)) / std::max<int32_t>(1, head_dim);
+  const int64_t keys = kTileSpanBytes / static_cast<int64_t>(sizeof(float)) / std::max<int32_t>(1, head_dim);
   return std::max<int64_t>(tile, keys / tile * tile);
 }
 
@@ -454,17 +459,17 @@ HWY_INLINE void LaneSpanScores(const float* qt, int64_t ld, const LaneQueries& l
 // row in prefill); every value is the single-query kernel's, as for the tile of other targets:
 // each score one chain over d, per query the max, the exponentials and l in increasing j, then
 // each output's weighted sum in increasing j and one division. Keys and values go by spans of
-// TileSpan(head_dim, span_bytes) read in place; the first pass computes the span's scores and
+// TileSpan(head_dim) read in place; the first pass computes the span's scores and
 // folds them into the maxima, the second takes the span's exponentials and l, then the weighted
 // sums (groups of kGroupQueries queries, each exponential a broadcast from its key's row).
 // scratch: QueriesScratch(nq, n_max, head_dim).
 void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
                    int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride,
                    int32_t head_dim, float scale, float* HWY_RESTRICT out, int64_t out_stride,
-                   float* HWY_RESTRICT scratch, int64_t span_bytes) {
+                   float* HWY_RESTRICT scratch) {
   const DF d;
   using V = hn::Vec<DF>;
-  const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim, span_bytes);
+  const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim);
   LaneQueries lq;
   lq.vectors = (nq + static_cast<int>(kLanes) - 1) / static_cast<int>(kLanes);
   const int64_t ld = lq.vectors * kLanes;
@@ -652,10 +657,10 @@ HWY_INLINE void RowExp(float* HWY_RESTRICT row, int64_t c0, int64_t e, float m) 
 void AttentionTile(const float* HWY_RESTRICT q, int64_t q_stride, const int64_t* n, int nq, const float* HWY_RESTRICT kt,
                    int64_t block_stride, const float* HWY_RESTRICT v, int64_t ldv, int64_t v_block_stride,
                    int32_t head_dim, float scale, float* HWY_RESTRICT out, int64_t out_stride,
-                   float* HWY_RESTRICT scratch, int64_t span_bytes) {
+                   float* HWY_RESTRICT scratch) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim, span_bytes), ld = ScoreRow(n_max);
+  const int64_t n_max = n[nq - 1], KB = TileSpan(head_dim), ld = ScoreRow(n_max);
   float* s = scratch;  // [nq][ld]: scores, then exponentials
   const auto scale_v = hn::Set(d, scale);
   // Query i's running maxima, a vector at maxima + i * N (the order of a maximum changes no bit).
@@ -739,16 +744,13 @@ void AttentionShared(const float* q, int64_t q_stride, const int64_t* n, int nq,
   });
 }
 
-// Kernels::attention_queries with the tile's span of span_bytes.
-void AttentionQueriesSpan(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                          int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride,
-                          int32_t head_dim, float scale, float* out, int64_t out_stride, float* scratch,
-                          int64_t span_bytes) {
+void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
+                      int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
+                      float scale, float* out, int64_t out_stride, float* scratch) {
   if (nq > kMaxTileQueries) {  // tiles of kMaxTileQueries (n ascending, so each tile's too)
     for (int i0 = 0; i0 < nq; i0 += kMaxTileQueries)
-      AttentionQueriesSpan(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, block_stride,
-                           v, ldv, v_block_stride, head_dim, scale, out + i0 * out_stride, out_stride, scratch,
-                           span_bytes);
+      AttentionQueries(q + i0 * q_stride, q_stride, n + i0, std::min(kMaxTileQueries, nq - i0), kt, block_stride, v,
+                       ldv, v_block_stride, head_dim, scale, out + i0 * out_stride, out_stride, scratch);
     return;
   }
 #if HWY_TARGET <= HWY_AVX3
@@ -770,47 +772,14 @@ void AttentionQueriesSpan(const float* q, int64_t q_stride, const int64_t* n, in
 #endif
   if (nq > 3)
     return AttentionTile(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out,
-                         out_stride, scratch, span_bytes);
+                         out_stride, scratch);
   AttentionShared(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out, out_stride,
                   scratch);
 }
 
-void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                      int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
-                      float scale, float* out, int64_t out_stride, float* scratch) {
-  AttentionQueriesSpan(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out, out_stride,
-                       scratch, kTileSpanBytes);
-}
-
-#if HWY_TARGET <= HWY_AVX3
-void AttentionQueriesWideSpan(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
-                              int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride,
-                              int32_t head_dim, float scale, float* out, int64_t out_stride, float* scratch) {
-  AttentionQueriesSpan(q, q_stride, n, nq, kt, block_stride, v, ldv, v_block_stride, head_dim, scale, out, out_stride,
-                       scratch, kWideTileSpanBytes);
-}
-
-// The L1 data cache's size as the C library reports it (from CPUID on x86), 0 where it cannot.
-int64_t L1DataBytes() {
-#ifdef _SC_LEVEL1_DCACHE_SIZE
-  return std::max<int64_t>(0, ::sysconf(_SC_LEVEL1_DCACHE_SIZE));
-#else
-  return 0;
-#endif
-}
-#endif
-
 void FillAttention(Kernels& k) {
   k.attention = &Attention;
   k.attention_queries = &AttentionQueries;
-#if HWY_TARGET <= HWY_AVX3
-  // The lanes tile's span of 32 KB where L1 holds it beside the span's scores (48 KB: Ice Lake and
-  // later, Zen 5): its groups of queries load and store their accumulators half as often.
-  // BM_WindowAttention/1/4096/48 1.02-1.026x on Zen 5 (medians of 20-25 alternating rounds; no
-  // change at head_dim 32). AVX2's tile, whose 16 groups of 3 queries each re-read the span from
-  // L1, ran 0.986x with it there, so keeps 16 KB.
-  if (L1DataBytes() >= (48 << 10)) k.attention_queries = &AttentionQueriesWideSpan;
-#endif
   k.attention_queries_scratch = &QueriesScratch;
 }
 

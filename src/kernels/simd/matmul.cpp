@@ -75,8 +75,11 @@ constexpr int64_t kDepth = 256;
 // (M=256 K=768 N=2304: 76% -> 66%).
 constexpr int64_t kRowBlock = 96;
 constexpr int64_t kWholeRows = 512;
-// matmul_at packs kAtDepth rows of A (k) at a time into row tiles (measured best of 128/256/512).
-constexpr int64_t kAtDepth = 128;
+// matmul_at packs kAtDepth rows of A (k) at a time into row tiles, and each tile's chains go
+// through c once per block. 256 on Zen 4, three alternating rounds against 128: BM_MatmulAt
+// 1.04x (256/2048/768) and 1.03x (768/2048/256), training's step (BM_TrainStep/0/1) 1.01x, its
+// AVX2 code 1.008x; 512 matched 256.
+constexpr int64_t kAtDepth = 256;
 
 using DF = hn::ScalableTag<float>;
 
