@@ -744,6 +744,8 @@ void AttentionShared(const float* q, int64_t q_stride, const int64_t* n, int nq,
   });
 }
 
+// Kernels::attention_queries: tiles of up to kMaxTileQueries queries, each to the kernel that
+// suits its size.
 void AttentionQueries(const float* q, int64_t q_stride, const int64_t* n, int nq, const float* kt,
                       int64_t block_stride, const float* v, int64_t ldv, int64_t v_block_stride, int32_t head_dim,
                       float scale, float* out, int64_t out_stride, float* scratch) {
