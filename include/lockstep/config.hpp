@@ -70,7 +70,7 @@ struct RopeScaling {
 
 // The target id the training losses skip (allowed in the last column of ids [batch, length + 1]
 // only; PyTorch's ignore_index).
-inline constexpr int32_t kIgnoredTarget = -100;
+inline constexpr int32_t ignored_target = -100;
 
 struct ModelConfig {
   int32_t vocab_size = 256;  // token ids are in [0, vocab_size); 256 means the byte values

@@ -149,7 +149,7 @@ std::vector<float> position_losses(const Model& model, const IdsView& ids, const
   for (int64_t b = 0; b < ids.rows; ++b) {
     for (int64_t t = 0; t <= T; ++t) {
       const int32_t id = ids.at(b, t);
-      if (t == T && id == kIgnoredTarget) continue;
+      if (t == T && id == ignored_target) continue;
       check_id(c, id, b, t);
     }
   }

@@ -187,7 +187,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   for (int64_t r = 0; r < R; ++r) {
     inputs[sz(r)] = ids[(r / L) * (L + 1) + r % L];
     targets[sz(r)] = ids[(r / L) * (L + 1) + r % L + 1];
-    count += targets[sz(r)] != kIgnoredTarget;
+    count += targets[sz(r)] != ignored_target;
   }
   if (part) count = part->count;
   const bool cont = part != nullptr && part->continued;  // chains over rows continue from grad
@@ -332,7 +332,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
       for (int64_t r = r0; r < r1; ++r) {
         float* z = ws.logits.get() + r * V;
         const int32_t t = targets[sz(r)];
-        if (t == kIgnoredTarget) {
+        if (t == ignored_target) {
           if (grad) std::fill_n(z, V, 0.0f);
           continue;
         }
@@ -641,7 +641,7 @@ float FastStep::loss_and_gradient(ThreadPool& pool, int threads, const RopeTable
   }
   float total = part ? part->total : 0.0f;
   for (int64_t r = 0; r < R; ++r)
-    if (targets[sz(r)] != kIgnoredTarget) total = total + ws.losses[sz(r)];
+    if (targets[sz(r)] != ignored_target) total = total + ws.losses[sz(r)];
   return part ? total : total / countf;
 }
 

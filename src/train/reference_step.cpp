@@ -137,7 +137,7 @@ T reference_loss_and_gradient(const ModelConfig& c, const RopeTables<T>& rope, c
   T total = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < R; ++r) {
-    if (target(r) == kIgnoredTarget) continue;
+    if (target(r) == ignored_target) continue;
     total = total + ref::cross_entropy(logits.data() + r * V, static_cast<int32_t>(V), target(r));
     ++count;
   }
@@ -147,7 +147,7 @@ T reference_loss_and_gradient(const ModelConfig& c, const RopeTables<T>& rope, c
   // ---- backward ----
   std::vector<T> dlogits(sz(R * V), T(0));
   for (int64_t r = 0; r < R; ++r)
-    if (target(r) != kIgnoredTarget)
+    if (target(r) != ignored_target)
       ref::cross_entropy_backward(logits.data() + r * V, static_cast<int32_t>(V), target(r), static_cast<T>(count),
                                   dlogits.data() + r * V);
   weight_grad(xnf.data(), dlogits.data(), grad + reg.head(), R, d, V, bf16);

@@ -36,7 +36,7 @@ void check_ids(const ModelConfig& c, const IdsView& ids) {
   for (int64_t b = 0; b < ids.rows; ++b) {
     for (int64_t t = 0; t <= c.length; ++t) {
       const int32_t id = ids.at(b, t);
-      if (t == c.length && id == kIgnoredTarget) continue;
+      if (t == c.length && id == ignored_target) continue;
       if (id < 0 || id >= c.vocab_size)
         refuse_input("ids must be " + range + "; got " + std::to_string(id) + " at row " + std::to_string(b) +
                 ", position " + std::to_string(t));
@@ -149,7 +149,7 @@ struct Trainer::Impl {
     const auto [b0, b1] = train::rank_rows(ids.rows, r, n);
     train::FastStep::BatchPart part;
     for (int64_t b = 0; b < ids.rows; ++b)
-      for (int64_t t = 1; t < ids.cols; ++t) part.count += ids.at(b, t) != kIgnoredTarget;
+      for (int64_t t = 1; t < ids.cols; ++t) part.count += ids.at(b, t) != ignored_target;
     // The gradient and the loss total travel in size + 1 floats, block by block of
     // FastStep::backward_blocks() as the backward finishes them (the total last), so that a
     // rank continues a block's chains while the rank before is still computing later blocks.
